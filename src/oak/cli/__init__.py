@@ -1,0 +1,1 @@
+"""The ``oak`` command line."""

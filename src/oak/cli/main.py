@@ -1,0 +1,338 @@
+"""``oak``: simulate, compare, inspect workloads, build the catalog, benchmark."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from oak.errors import OakInputError
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="OAK: restart- and age-aware GPU cluster scheduling."
+)
+workloads_app = typer.Typer(no_args_is_help=True, help="List and show the embedded workloads.")
+catalog_app = typer.Typer(no_args_is_help=True, help="Build the application catalog from measured profiles.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (speed reported as ratios within one run).")
+app.add_typer(workloads_app, name="workloads")
+app.add_typer(catalog_app, name="catalog")
+app.add_typer(bench_app, name="bench")
+
+console = Console() if sys.stdout.isatty() else Console(width=160)
+err_console = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code=2)
+
+
+def _floats(text: str, what: str) -> list[float]:
+    out = []
+    for part in text.split(","):
+        try:
+            out.append(float(part))
+        except ValueError:
+            _fail(f"{what}: {part!r} is not a number (expected a comma-separated list such as 0,0.1)")
+    return out
+
+
+def _physics(
+    restore_cost: str,
+    failure_scope: str,
+    lost_work: str,
+    checkpoint_interval: float,
+    queue_clock: str,
+    arrival_jitter: float,
+    horizon: float,
+) -> Any:
+    from oak.sim.physics import PhysicsOptions
+
+    return PhysicsOptions(
+        restore_cost=restore_cost,
+        failure_scope=failure_scope,
+        lost_work=lost_work,
+        checkpoint_interval_s=checkpoint_interval,
+        queue_clock=queue_clock,
+        arrival_jitter_s=arrival_jitter,
+        horizon_s=horizon,
+    )
+
+
+def _policy_params(
+    p: float | None, alpha: float | None, k_max: float | None, mu_na: float | None, solver: str
+) -> tuple[tuple[str, Any], ...]:
+    params: dict[str, Any] = {"solver": solver}
+    for key, val in (("p", p), ("alpha", alpha), ("k_max", k_max), ("mu_na", mu_na)):
+        if val is not None:
+            params[key] = val
+    return tuple(sorted(params.items()))
+
+
+RestoreOpt = Annotated[
+    str,
+    typer.Option(help="Restore delay per (re)start or failure: 'per-app' (P_restart) or seconds, e.g. 60."),
+]
+ScopeOpt = Annotated[str, typer.Option(help="Failure rate applies per 'job' or per 'gpu'.")]
+LostOpt = Annotated[
+    str, typer.Option(help="'none' or 'since-checkpoint' (progress since the last checkpoint is lost).")
+]
+CkptOpt = Annotated[
+    float, typer.Option(help="Checkpoint interval (s of productive time) for --lost-work since-checkpoint.")
+]
+QueueOpt = Annotated[str, typer.Option(help="T_queue: 'accumulated' or 'since-last-run'.")]
+JitterOpt = Annotated[float, typer.Option(help="Seeded submission jitter, uniform in [0, J) seconds.")]
+HorizonOpt = Annotated[
+    float, typer.Option(help="Stop simulating after this many seconds (unfinished jobs are reported).")
+]
+SolverOpt = Annotated[str, typer.Option(help="Round solver: auto (exact DP or HiGHS), dp, highs, cvxpy.")]
+ClusterOpt = Annotated[str, typer.Option(help="Cluster preset.")]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the runs as JSON to this path.")]
+
+
+@app.command()
+def simulate(
+    workload: Annotated[str, typer.Option(help="Embedded workload name or CSV path.")] = "medium",
+    policy: Annotated[str, typer.Option(help="Policy name (see 'oak compare --help').")] = "oak",
+    failure_rate: Annotated[float, typer.Option(help="λ: failure probability per round per running job.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the failure stream.")] = 0,
+    cluster: ClusterOpt = "paper-12",
+    p: Annotated[float | None, typer.Option(help="OAK fairness exponent p (>= 0).")] = None,
+    alpha: Annotated[float | None, typer.Option(help="OAK age-key sensitivity α (1/s).")] = None,
+    k_max: Annotated[float | None, typer.Option(help="OAK age-key cap K_max (>= 1).")] = None,
+    mu_na: Annotated[float | None, typer.Option(help="Objective value of an unallocated job μ_na.")] = None,
+    solver: SolverOpt = "auto",
+    restore_cost: RestoreOpt = "per-app",
+    failure_scope: ScopeOpt = "job",
+    lost_work: LostOpt = "none",
+    checkpoint_interval: CkptOpt = 600.0,
+    queue_clock: QueueOpt = "accumulated",
+    arrival_jitter: JitterOpt = 0.0,
+    horizon: HorizonOpt = 3.0e6,
+    json_path: JsonOpt = None,
+) -> None:
+    """Simulate one run and print per-job and per-run metrics."""
+    from oak.io_util import write_json
+    from oak.sim.compare import RunSpec, run_one
+
+    physics = _physics(
+        restore_cost, failure_scope, lost_work, checkpoint_interval, queue_clock, arrival_jitter, horizon
+    )
+    spec = RunSpec(
+        policy, workload, failure_rate, seed, cluster, physics, _policy_params(p, alpha, k_max, mu_na, solver)
+    )
+    _check_spec(spec)
+    result = run_one(spec)
+    table = Table(title=f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}")
+    for col in (
+        "job",
+        "app",
+        "JCT (s)",
+        "restarts",
+        "failures",
+        "T_progress (s)",
+        "T_ckpt (s)",
+        "T_queue (s)",
+    ):
+        table.add_column(col, justify="right" if col not in ("job", "app") else "left")
+    for j in result.jobs:
+        table.add_row(
+            j.name,
+            j.application,
+            "unfinished" if j.jct_s is None else f"{j.jct_s:,.0f}",
+            str(j.restarts),
+            str(j.failures),
+            f"{j.t_progress_s:,.0f}",
+            f"{j.t_ckpt_s:,.0f}",
+            f"{j.t_queue_s:,.0f}",
+        )
+    console.print(table)
+    s = result.summary()
+    console.print(
+        f"mean JCT {s['mean_jct_s']:,.0f} s · median {s['median_jct_s']:,.0f} s · p99 {s['p99_jct_s']:,.0f} s · "
+        f"max {s['max_jct_s']:,.0f} s · makespan {s['makespan_s']:,.0f} s · restarts/job {s['restarts_per_job']:.2f} · "
+        f"decision {s['decision_ms_mean']:.3f} ms mean, {s['decision_ms_p95']:.3f} ms p95 · {s['rounds']} rounds"
+        + (f" · [bold red]{s['unfinished_jobs']} unfinished at the horizon[/]" if s["unfinished_jobs"] else "")
+    )
+    if json_path is not None:
+        write_json(json_path, {"runs": [result.to_json()]})
+        console.print(f"wrote {json_path}")
+
+
+def _check_spec(spec: Any) -> None:
+    """Fail early, with a clear message, on a bad policy, workload or parameter."""
+    from oak.model.cluster import cluster_preset
+    from oak.policies import make_policy
+    from oak.solve import SOLVER_METHODS
+    from oak.workloads import load_workload
+
+    params = dict(spec.policy_params)
+    if params.get("solver") not in SOLVER_METHODS:
+        raise OakInputError(f"--solver {params.get('solver')!r}: expected one of {', '.join(SOLVER_METHODS)}")
+    if spec.policy == "sia":
+        params = {k: v for k, v in params.items() if k == "solver"}
+    make_policy(spec.policy, **params)
+    cluster_preset(spec.cluster)
+    from oak.catalog import Catalog
+
+    load_workload(spec.workload, known_apps=Catalog.load().apps.keys())
+    if not 0.0 <= spec.failure_rate <= 1.0:
+        raise OakInputError(f"--failure-rate {spec.failure_rate!r}: expected a probability in [0, 1]")
+
+
+@app.command()
+def compare(
+    workload: Annotated[str, typer.Option(help="Embedded workload name or CSV path.")] = "medium",
+    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "oak,sia,goodput",
+    failure_rates: Annotated[str, typer.Option(help="Comma-separated λ values.")] = "0,0.1",
+    seeds: Annotated[int, typer.Option(help="Seeds per cell (0..N-1), paired across policies.")] = 5,
+    workers: Annotated[int | None, typer.Option(help="Worker processes (default: CPU count).")] = None,
+    cluster: ClusterOpt = "paper-12",
+    solver: SolverOpt = "auto",
+    restore_cost: RestoreOpt = "per-app",
+    failure_scope: ScopeOpt = "job",
+    lost_work: LostOpt = "none",
+    checkpoint_interval: CkptOpt = 600.0,
+    queue_clock: QueueOpt = "accumulated",
+    arrival_jitter: JitterOpt = 0.0,
+    horizon: HorizonOpt = 3.0e6,
+    json_path: JsonOpt = None,
+) -> None:
+    """Paired comparison of policies × failure rates × seeds; prints a table of means over seeds."""
+    from oak.io_util import write_json
+    from oak.sim.compare import RunSpec, run_many, summarise
+
+    physics = _physics(
+        restore_cost, failure_scope, lost_work, checkpoint_interval, queue_clock, arrival_jitter, horizon
+    )
+    names = [x.strip() for x in policies.split(",") if x.strip()]
+    if not names:
+        _fail("--policies: expected at least one policy name")
+    if len(set(names)) != len(names):
+        _fail(f"--policies: duplicate policy in {names}")
+    lams = _floats(failure_rates, "--failure-rates")
+    if seeds < 1:
+        _fail(f"--seeds {seeds}: expected a positive integer")
+    if workers is not None and workers < 1:
+        _fail(f"--workers {workers}: expected a positive integer")
+    specs = [
+        RunSpec(pol, workload, lam, seed, cluster, physics, (("solver", solver),))
+        for lam in lams
+        for pol in names
+        for seed in range(seeds)
+    ]
+    for s in {(s.policy, s.failure_rate): s for s in specs}.values():
+        _check_spec(s)
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=False) as bar:
+        task = bar.add_task(f"simulating {len(specs)} runs", total=len(specs))
+        results = run_many(specs, workers=workers, progress=lambda _r: bar.advance(task))
+    rows = summarise(results)
+    table = Table(title=f"{results[0].workload}: mean over {seeds} paired seeds")
+    for col in (
+        "policy",
+        "λ",
+        "mean JCT (s)",
+        "±95% CI",
+        "max JCT (s)",
+        "p99 JCT (s)",
+        "restarts/job",
+        "decision (ms)",
+        "unfinished",
+    ):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for r in rows:
+        table.add_row(
+            r["policy"],
+            f"{r['failure_rate']:g}",
+            f"{r['mean_jct_s']:,.0f}",
+            f"{r['mean_jct_ci95_s']:,.0f}",
+            f"{r['max_jct_s']:,.0f}",
+            f"{r['p99_jct_s']:,.0f}",
+            f"{r['restarts_per_job']:.2f}",
+            f"{r['decision_ms_mean']:.3f}",
+            str(r["unfinished_jobs"]),
+        )
+    console.print(table)
+    if json_path is not None:
+        write_json(json_path, {"runs": [r.to_json() for r in results], "summary": rows})
+        console.print(f"wrote {json_path}")
+
+
+@workloads_app.command("list")
+def workloads_list() -> None:
+    """The embedded workloads."""
+    from oak.workloads import builtin_workloads, load_workload
+
+    table = Table(title="embedded workloads")
+    for col in ("name", "jobs", "description"):
+        table.add_column(col)
+    for name in builtin_workloads():
+        w = load_workload(name)
+        table.add_row(name, str(len(w.jobs)), w.description)
+    console.print(table)
+
+
+@workloads_app.command("show")
+def workloads_show(name: Annotated[str, typer.Argument(help="Embedded workload name or CSV path.")]) -> None:
+    """The jobs of one workload."""
+    from oak.catalog import Catalog
+    from oak.workloads import load_workload
+
+    w = load_workload(name, known_apps=Catalog.load().apps.keys())
+    table = Table(title=f"{w.name}: {w.description}")
+    for col in ("job", "application", "submit (s)", "min GPUs", "max GPUs"):
+        table.add_column(col)
+    for j in w.jobs:
+        table.add_row(j.name, j.application, f"{j.submit_time_s:,.0f}", str(j.min_gpus), str(j.max_gpus))
+    console.print(table)
+
+
+@catalog_app.command("build")
+def catalog_build(
+    profiles: Annotated[
+        Path, typer.Argument(help="Folder of per-application profiles, e.g. ../shared/data/sia/profiles")
+    ],
+    out: Annotated[Path | None, typer.Option(help="Output path (default: the packaged catalog).")] = None,
+) -> None:
+    """Fit the throughput model per application and GPU type and write the catalog."""
+    from oak.catalog.build import build_catalog, write_catalog
+
+    if not profiles.is_dir():
+        _fail(f"{profiles}: not a folder of profiles (expected e.g. ../shared/data/sia/profiles)")
+    target = out if out is not None else Path(__file__).resolve().parents[1] / "catalog" / "data" / "catalog.json"
+    with console.status("fitting throughput models"):
+        catalog = build_catalog(profiles)
+    write_catalog(catalog, target)
+    console.print(f"wrote {target}: {len(catalog.apps)} applications")
+
+
+def main() -> None:
+    """Entry point: user errors exit with status 2 and a one-line message, never a traceback."""
+    try:
+        app(standalone_mode=True)
+    except OakInputError as exc:  # pragma: no cover - exercised through the CLI tests
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+
+
+from oak.cli import bench as _bench  # noqa: E402,F401  (registers the bench commands)

@@ -1,0 +1,89 @@
+"""The immutable round snapshot handed to policies, and the allocation they return.
+
+Arrays are indexed by job (J active jobs, in a stable order) and by configuration (C configurations of the
+cluster). Policies are pure functions ``RoundSnapshot -> Allocation``; the simulator and the real runtime
+build the same snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from oak.model.config import Configuration
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+def frozen_array(a: npt.ArrayLike, dtype: Any) -> Any:
+    """A read-only copy of ``a``."""
+    out = np.array(a, dtype=dtype)
+    out.setflags(write=False)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class RoundSnapshot:
+    """Everything a policy may look at in one scheduling round.
+
+    goodput: (J, C) Sia-normalised goodput G_ij (row minimum over valid configurations = 1); 0 where invalid.
+    valid: (J, C) whether configuration j is allowed for job i (GPU bounds, profile, batch limits).
+    t_progress_s / t_ckpt_s / t_queue_s: measured productive, checkpoint-restore and waiting time (s).
+    age_s: now − submission (s). restarts: restore events after the first start. current: configuration index
+    held now (−1: none). restoring: the job is inside a restore delay. restart_penalty_s: P_restart per job (s).
+    attained_gpu_s: GPU-seconds received so far.
+    """
+
+    time_s: float
+    configs: tuple[Configuration, ...]
+    gpu_types: tuple[str, ...]
+    config_type: IntArray
+    config_gpus: IntArray
+    capacity: IntArray
+    job_names: tuple[str, ...]
+    applications: tuple[str, ...]
+    goodput: FloatArray
+    valid: BoolArray
+    t_progress_s: FloatArray
+    t_ckpt_s: FloatArray
+    t_queue_s: FloatArray
+    age_s: FloatArray
+    restarts: IntArray
+    failures: IntArray
+    current: IntArray
+    restoring: BoolArray
+    restart_penalty_s: FloatArray
+    attained_gpu_s: FloatArray
+
+    @property
+    def num_jobs(self) -> int:
+        return len(self.job_names)
+
+    @property
+    def num_configs(self) -> int:
+        return len(self.configs)
+
+
+@dataclass(frozen=True, eq=False)
+class Allocation:
+    """A policy's decision: ``config[i]`` is the configuration index for job i, or −1 for none.
+
+    ``objective``: the optimiser's objective value; ``method``: which solver produced it.
+    """
+
+    config: IntArray
+    objective: float = float("nan")
+    method: str = ""
+    info: dict[str, float] = field(default_factory=dict)
+
+    def gpus_per_type(self, snap: RoundSnapshot) -> IntArray:
+        """GPUs used per GPU type."""
+        used = np.zeros(len(snap.gpu_types), dtype=np.int64)
+        chosen = self.config[self.config >= 0]
+        np.add.at(used, snap.config_type[chosen], snap.config_gpus[chosen])
+        return used

@@ -1,0 +1,5 @@
+"""Map chosen configurations to GPU ids on nodes."""
+
+from oak.placement.placer import PlacementError, place
+
+__all__ = ["PlacementError", "place"]

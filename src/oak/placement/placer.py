@@ -1,0 +1,90 @@
+"""Placement (paper §III, inherited from Sia; reference §5.6).
+
+Keep a job's GPUs when its configuration is unchanged; multi-node jobs take whole free nodes (highest node
+index first); single-node jobs are packed best-fit (the fullest node that still fits, lowest index on ties).
+If keeping GPUs fragments the cluster so that a job no longer fits, every job is re-placed from scratch
+(largest first), which always succeeds for Sia's configuration sets (powers of two inside a node, whole nodes
+beyond) whenever per-type capacity holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from oak.model.cluster import Cluster
+from oak.model.config import Configuration
+
+
+class PlacementError(RuntimeError):
+    """No placement exists for the requested configurations."""
+
+
+GpuSet = tuple[int, ...]
+
+
+def place(
+    cluster: Cluster,
+    configs: Sequence[Configuration | None],
+    previous: Sequence[GpuSet],
+    previous_configs: Sequence[Configuration | None],
+) -> list[GpuSet]:
+    """GPU ids for each job (empty tuple for no configuration).
+
+    ``configs[i]``: the configuration chosen for job i; ``previous[i]``/``previous_configs[i]``: what it held.
+    """
+    kept = [
+        c is not None and c == pc and len(prev) == c.gpus
+        for c, pc, prev in zip(configs, previous_configs, previous, strict=True)
+    ]
+    result = _try_place(cluster, configs, previous, kept)
+    if result is None:
+        result = _try_place(cluster, configs, previous, [False] * len(configs))
+    if result is None:
+        raise PlacementError("no placement fits the chosen configurations")
+    return result
+
+
+def _try_place(
+    cluster: Cluster,
+    configs: Sequence[Configuration | None],
+    previous: Sequence[GpuSet],
+    kept: Sequence[bool],
+) -> list[GpuSet] | None:
+    free: list[list[int]] = [
+        list(range(first, first + node.gpus)) for first, node in zip(cluster.first_gpu, cluster.nodes, strict=True)
+    ]
+    out: list[GpuSet] = [() for _ in configs]
+    for i, keep in enumerate(kept):
+        if keep:
+            for g in previous[i]:
+                free[cluster.node_of_gpu(g)].remove(g)
+            out[i] = previous[i]
+    todo = [i for i, c in enumerate(configs) if c is not None and not kept[i]]
+    todo.sort(key=lambda i: (-_cfg(configs, i).nodes, -_cfg(configs, i).gpus, i))
+    for i in todo:
+        cfg = _cfg(configs, i)
+        nodes = [n for n in cluster.nodes if n.gpu_type == cfg.gpu_type]
+        if cfg.nodes > 1:
+            per_node = cfg.gpus // cfg.nodes
+            whole = [n.node_id for n in reversed(nodes) if len(free[n.node_id]) == n.gpus and n.gpus >= per_node]
+            if len(whole) < cfg.nodes:
+                return None
+            gpus: list[int] = []
+            for nid in sorted(whole[: cfg.nodes]):
+                gpus.extend(free[nid][:per_node])
+                del free[nid][:per_node]
+            out[i] = tuple(gpus)
+        else:
+            fits = [n.node_id for n in nodes if len(free[n.node_id]) >= cfg.gpus]
+            if not fits:
+                return None
+            nid = min(fits, key=lambda k: (len(free[k]), k))
+            out[i] = tuple(free[nid][: cfg.gpus])
+            del free[nid][: cfg.gpus]
+    return out
+
+
+def _cfg(configs: Sequence[Configuration | None], i: int) -> Configuration:
+    c = configs[i]
+    assert c is not None
+    return c

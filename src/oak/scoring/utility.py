@@ -1,0 +1,99 @@
+"""Composite utility of paper §III-B/C, vectorised over jobs × configurations."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from oak.errors import OakInputError
+from oak.model.snapshot import FloatArray, RoundSnapshot
+
+
+class RestartFactor(StrEnum):
+    """Which restart factor r multiplies goodput."""
+
+    DECOMPOSED = "decomposed"  # OAK: T_progress / (T_progress + T_ckpt + P)
+    AGGREGATE = "aggregate"  # Pollux/Sia-style: max(A − n·P, 0) / (A + P)
+    OFF = "off"  # r = 1
+
+
+@dataclass(frozen=True)
+class UtilityParams:
+    """Parameters of U = (G·r)^p · K and of the per-round objective.
+
+    p: fairness exponent (≥ 0). alpha: age-key sensitivity (1/s). k_max: age-key cap (≥ 1).
+    mu_na: objective value of leaving a job unallocated. age_key: switch K on/off (off ⇒ K = 1).
+    """
+
+    p: float = 0.5
+    alpha: float = 0.01
+    k_max: float = 100.0
+    mu_na: float = 1.1
+    age_key: bool = True
+    restart_factor: RestartFactor = RestartFactor.DECOMPOSED
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.p) or self.p < 0:
+            raise OakInputError(
+                f"utility parameter p={self.p!r}: expected a finite number >= 0 "
+                "(negative p makes (G·r)^p diverge as r → 0; paper §III-B)"
+            )
+        if not math.isfinite(self.alpha) or self.alpha < 0:
+            raise OakInputError(f"utility parameter alpha={self.alpha!r}: expected a finite number >= 0 (1/s)")
+        if not math.isfinite(self.k_max) or self.k_max < 1:
+            raise OakInputError(f"utility parameter k_max={self.k_max!r}: expected a finite number >= 1")
+        if not math.isfinite(self.mu_na):
+            raise OakInputError(f"utility parameter mu_na={self.mu_na!r}: expected a finite number")
+
+
+def restart_factor_decomposed(
+    t_progress_s: npt.ArrayLike, t_ckpt_s: npt.ArrayLike, penalty_s: npt.ArrayLike
+) -> FloatArray:
+    """r = max(T_progress, 0) / (T_progress + T_ckpt + P), and r = 1 while T_progress < P (paper §III-C)."""
+    tp = np.asarray(t_progress_s, dtype=np.float64)
+    tc = np.asarray(t_ckpt_s, dtype=np.float64)
+    pen = np.asarray(penalty_s, dtype=np.float64)
+    denom = tp + tc + pen
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(denom > 0, np.maximum(tp, 0.0) / denom, 1.0)
+    return np.where(tp < pen, 1.0, r)
+
+
+def restart_factor_aggregate(age_s: npt.ArrayLike, restarts: npt.ArrayLike, penalty_s: npt.ArrayLike) -> FloatArray:
+    """r = max(A − n·P, 0) / (A + P), and r = 1 while A < P (paper §IV-D, §V-D; Pollux/Sia form)."""
+    a = np.asarray(age_s, dtype=np.float64)
+    n = np.asarray(restarts, dtype=np.float64)
+    pen = np.asarray(penalty_s, dtype=np.float64)
+    denom = a + pen
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(denom > 0, np.maximum(a - n * pen, 0.0) / denom, 1.0)
+    return np.where(a < pen, 1.0, r)
+
+
+def age_key(t_queue_s: npt.ArrayLike, alpha: float, k_max: float) -> FloatArray:
+    """K = min(exp(α·T_queue), K_max) (paper §III-C); computed without overflow."""
+    tq = np.asarray(t_queue_s, dtype=np.float64)
+    return np.minimum(np.exp(np.minimum(alpha * np.maximum(tq, 0.0), math.log(k_max))), k_max)
+
+
+def composite_utility(goodput: FloatArray, r: FloatArray, k: FloatArray, p: float) -> FloatArray:
+    """U_ij = (G_ij · r_i)^p · K_i for a (J, C) goodput matrix and per-job r, K."""
+    base = goodput * r[:, None]
+    return np.power(base, p) * k[:, None]
+
+
+def utility_matrix(snap: RoundSnapshot, params: UtilityParams) -> FloatArray:
+    """The (J, C) utility matrix of a snapshot; entries of invalid configurations are 0."""
+    if params.restart_factor is RestartFactor.DECOMPOSED:
+        r = restart_factor_decomposed(snap.t_progress_s, snap.t_ckpt_s, snap.restart_penalty_s)
+    elif params.restart_factor is RestartFactor.AGGREGATE:
+        r = restart_factor_aggregate(snap.age_s, snap.restarts, snap.restart_penalty_s)
+    else:
+        r = np.ones(snap.num_jobs)
+    k = age_key(snap.t_queue_s, params.alpha, params.k_max) if params.age_key else np.ones(snap.num_jobs)
+    u = composite_utility(snap.goodput, r, k, params.p)
+    return np.where(snap.valid, u, 0.0)

@@ -1,0 +1,94 @@
+"""Per-job and per-run metrics, and their JSON form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """One job's outcome; times in seconds. jct_s is None for a job unfinished at the horizon."""
+
+    name: str
+    application: str
+    submit_s: float
+    jct_s: float | None
+    restarts: int
+    failures: int
+    t_progress_s: float
+    t_ckpt_s: float
+    t_queue_s: float
+    gpu_s_used: float
+    gpu_s_lost: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "application": self.application,
+            "jct_s": self.jct_s,
+            "restarts": self.restarts,
+            "failures": self.failures,
+            "t_progress_s": self.t_progress_s,
+            "t_ckpt_s": self.t_ckpt_s,
+            "t_queue_s": self.t_queue_s,
+            "gpu_s_used": self.gpu_s_used,
+            "gpu_s_lost": self.gpu_s_lost,
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One simulated run: its key (policy, workload, failure rate, seed), jobs and decision times (ms)."""
+
+    policy: str
+    workload: str
+    failure_rate: float
+    seed: int
+    jobs: tuple[JobResult, ...]
+    decision_ms: tuple[float, ...]
+    makespan_s: float
+    end_time_s: float
+    wall_s: float
+
+    @property
+    def finished(self) -> bool:
+        return all(j.jct_s is not None for j in self.jobs)
+
+    def jcts(self) -> np.ndarray:
+        """JCTs (s); unfinished jobs count with their censored time (horizon − submission)."""
+        return np.array(
+            [j.jct_s if j.jct_s is not None else self.end_time_s - j.submit_s for j in self.jobs], dtype=float
+        )
+
+    def summary(self) -> dict[str, Any]:
+        jct = self.jcts()
+        dms = np.array(self.decision_ms) if self.decision_ms else np.zeros(1)
+        return {
+            "policy": self.policy,
+            "workload": self.workload,
+            "failure_rate": self.failure_rate,
+            "seed": self.seed,
+            "mean_jct_s": float(jct.mean()),
+            "median_jct_s": float(np.median(jct)),
+            "p90_jct_s": float(np.percentile(jct, 90)),
+            "p95_jct_s": float(np.percentile(jct, 95)),
+            "p99_jct_s": float(np.percentile(jct, 99)),
+            "max_jct_s": float(jct.max()),
+            "makespan_s": self.makespan_s,
+            "restarts_per_job": float(np.mean([j.restarts for j in self.jobs])),
+            "failures_per_job": float(np.mean([j.failures for j in self.jobs])),
+            "decision_ms_mean": float(dms.mean()),
+            "decision_ms_p95": float(np.percentile(dms, 95)),
+            "decision_ms_max": float(dms.max()),
+            "rounds": len(self.decision_ms),
+            "unfinished_jobs": sum(j.jct_s is None for j in self.jobs),
+            "wall_s": self.wall_s,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.summary()
+        out["jobs"] = [j.to_json() for j in self.jobs]
+        return out

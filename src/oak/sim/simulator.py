@@ -1,0 +1,403 @@
+"""Event-driven simulation of a GPU cluster running a workload under one policy.
+
+Rounds fall on a fixed grid (every ``round_s``) and happen immediately when the job set changes (arrival,
+completion, failure). Between events every job's state changes linearly, so the simulator jumps from
+event to event. Failures are paired across policies: in grid interval k, job j fails at
+k·round_s + round_s·v(seed, j, k) if u(seed, j, k) < λ and it holds GPUs at that instant, with u, v
+counter-based uniforms (``oak.sim.rng``) that do not depend on the policy.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from oak.catalog import Catalog
+from oak.errors import OakInputError
+from oak.goodput.table import GoodputTable
+from oak.model.cluster import Cluster, cluster_preset
+from oak.model.config import Configuration, sia_configurations
+from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array
+from oak.placement import place
+from oak.placement.placer import GpuSet
+from oak.policies.base import Policy
+from oak.sim import rng
+from oak.sim.metrics import JobResult, RunResult
+from oak.sim.physics import PhysicsOptions
+from oak.workloads import Workload
+
+RoundObserver = Callable[[RoundSnapshot, Allocation, list[GpuSet]], None]
+
+_EPS = 1e-9
+
+
+@dataclass
+class _JobsState:
+    """Mutable per-run state of every job in the workload (arrays of length N)."""
+
+    submit: np.ndarray
+    arrived: np.ndarray
+    done: np.ndarray
+    finish: np.ndarray
+    progress: np.ndarray
+    epoch: np.ndarray
+    config: np.ndarray
+    restore_left: np.ndarray
+    rate: np.ndarray
+    t_progress: np.ndarray
+    t_ckpt: np.ndarray
+    t_queue: np.ndarray
+    restarts: np.ndarray
+    failures: np.ndarray
+    started: np.ndarray
+    gpu_s: np.ndarray
+    gpu_lost: np.ndarray
+    ckpt_tprog: np.ndarray
+    gpus: list[GpuSet]
+
+
+class Simulator:
+    """A workload on a cluster, with the application catalog and physics options; ``run`` simulates one
+    (policy, failure rate, seed) and returns its metrics. Same inputs ⇒ bit-identical results."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        cluster: Cluster | None = None,
+        catalog: Catalog | None = None,
+        physics: PhysicsOptions | None = None,
+    ) -> None:
+        self.workload = workload
+        self.cluster = cluster if cluster is not None else cluster_preset("paper-12")
+        self.catalog = catalog if catalog is not None else Catalog.load()
+        self.physics = physics if physics is not None else PhysicsOptions()
+        self.configs: tuple[Configuration, ...] = sia_configurations(self.cluster)
+        types = self.cluster.gpu_types
+        self.config_type = np.array([types.index(c.gpu_type) for c in self.configs], dtype=np.int64)
+        self.config_gpus = np.array([c.gpus for c in self.configs], dtype=np.int64)
+        self.capacity = np.array([self.cluster.capacity(t) for t in types], dtype=np.int64)
+        self.table = GoodputTable(
+            self.catalog,
+            np.array([c.nodes for c in self.configs]),
+            self.config_gpus,
+            [c.gpu_type for c in self.configs],
+        )
+        jobs = workload.jobs
+        self.n = len(jobs)
+        if self.n == 0:
+            raise OakInputError(f"workload {workload.name!r}: no jobs")
+        self.apps = [self.catalog.app(j.application) for j in jobs]
+        self.keys = np.array([rng.job_key(j.name) for j in jobs], dtype=np.uint64)
+        self.penalty = np.array(
+            [
+                j.restart_penalty_s if j.restart_penalty_s is not None else a.restart_penalty_s
+                for j, a in zip(jobs, self.apps, strict=True)
+            ],
+            dtype=np.float64,
+        )
+        self.restore_delay = np.array([self.physics.restore_delay_s(p) for p in self.penalty])
+        self.total = np.array([a.total_progress for a in self.apps], dtype=np.float64)
+        self.calibration = np.array([a.calibration for a in self.apps], dtype=np.float64)
+        gpus = self.config_gpus[None, :]
+        lo = np.array([j.min_gpus for j in jobs])[:, None]
+        hi = np.array([j.max_gpus for j in jobs])[:, None]
+        profiled = np.array(
+            [[self.table.has_profile(j.application, c.gpu_type) for c in self.configs] for j in jobs],
+            dtype=bool,
+        )
+        self.bounds = (gpus >= lo) & (gpus <= hi) & profiled
+        for i, j in enumerate(jobs):
+            ok = self.bounds[i] & (self.table.choices(j.application, 0).goodput > 0)
+            if not ok.any():
+                sizes = sorted({c.gpus for c in self.configs})
+                raise OakInputError(
+                    f"workload {workload.name!r}, job {j.name!r}: GPU bounds [{j.min_gpus}, {j.max_gpus}] admit no "
+                    f"feasible configuration of cluster {self.cluster.name!r} (GPU counts {sizes}, "
+                    f"application {j.application!r} profiled on {sorted(a for a in self.apps[i].gpus)})"
+                )
+
+    # ------------------------------------------------------------------ run
+    def run(
+        self,
+        policy: Policy,
+        failure_rate: float = 0.0,
+        seed: int = 0,
+        on_round: RoundObserver | None = None,
+    ) -> RunResult:
+        if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):
+            raise OakInputError(f"failure rate {failure_rate!r}: expected a probability in [0, 1]")
+        wall_start = time.perf_counter()
+        ph = self.physics
+        n = self.n
+        base_submit = np.array([j.submit_time_s for j in self.workload.jobs], dtype=np.float64)
+        if ph.arrival_jitter_s > 0:
+            base_submit = base_submit + ph.arrival_jitter_s * rng.uniforms(seed, rng.STREAM_ARRIVAL, self.keys, 0)
+        z = np.zeros(n)
+        st = _JobsState(
+            submit=base_submit,
+            arrived=np.zeros(n, bool),
+            done=np.zeros(n, bool),
+            finish=np.full(n, np.nan),
+            progress=z.copy(),
+            epoch=np.zeros(n, np.int64),
+            config=np.full(n, -1, np.int64),
+            restore_left=z.copy(),
+            rate=z.copy(),
+            t_progress=z.copy(),
+            t_ckpt=z.copy(),
+            t_queue=z.copy(),
+            restarts=np.zeros(n, np.int64),
+            failures=np.zeros(n, np.int64),
+            started=np.zeros(n, bool),
+            gpu_s=z.copy(),
+            gpu_lost=z.copy(),
+            ckpt_tprog=z.copy(),
+            gpus=[() for _ in range(n)],
+        )
+        round_s = ph.round_s
+        t = float(st.submit.min())
+        interval = -1
+        fail_time = np.full(n, np.inf)
+        fail_u = np.ones(n)
+        decision_ms: list[float] = []
+        decide = True
+        st.arrived |= st.submit <= t + _EPS
+        while True:
+            k = math.floor(t / round_s + _EPS)
+            if k != interval:
+                interval = k
+                fail_u = rng.uniforms(seed, rng.STREAM_FAILURE, self.keys, k)
+                v = rng.uniforms(seed, rng.STREAM_FAILURE_OFFSET, self.keys, k)
+                fail_time = (k + v) * round_s
+            if decide:
+                active = np.flatnonzero(st.arrived & ~st.done)
+                if len(active):
+                    self._decide(st, t, active, policy, decision_ms, on_round)
+                decide = False
+            if bool(st.done.all()) or t >= ph.horizon_s:
+                break
+            self._update_rates(st)
+            # ---- next event
+            alloc = st.config >= 0
+            restoring = alloc & (st.restore_left > 0)
+            running = alloc & ~restoring
+            candidates = [(k + 1) * round_s, ph.horizon_s]
+            pending = ~st.arrived
+            if pending.any():
+                candidates.append(float(st.submit[pending].min()))
+            if restoring.any():
+                candidates.append(t + float(st.restore_left[restoring].min()))
+            finishing = running & (st.rate > 0)
+            if finishing.any():
+                candidates.append(t + float(((self.total - st.progress)[finishing] / st.rate[finishing]).min()))
+            if failure_rate > 0:
+                p_fail = self._fail_prob(st, failure_rate)
+                cand = alloc & (fail_time > t) & (fail_u < p_fail)
+                if cand.any():
+                    candidates.append(float(fail_time[cand].min()))
+            t_next = min(candidates)
+            self._advance(st, t_next - t)
+            t = t_next
+            # ---- events at t
+            if finishing.any():
+                left = (self.total - st.progress) / np.where(st.rate > 0, st.rate, np.inf)
+                fin = finishing & ((left <= _EPS * np.maximum(1.0, t)) | (st.progress >= self.total))
+                if fin.any():
+                    st.progress[fin] = self.total[fin]
+                    st.done |= fin
+                    st.finish[fin] = t
+                    for i in np.flatnonzero(fin):
+                        st.config[i] = -1
+                        st.gpus[i] = ()
+                        st.restore_left[i] = 0.0
+                    decide = True
+            st.restore_left[(st.restore_left > 0) & (st.restore_left <= _EPS * max(1.0, t))] = 0.0
+            if failure_rate > 0:
+                p_fail = self._fail_prob(st, failure_rate)
+                hit = (st.config >= 0) & (np.abs(fail_time - t) <= _EPS * max(1.0, t)) & (fail_u < p_fail)
+                if hit.any():
+                    self._fail(st, np.flatnonzero(hit))
+                    fail_time[hit] = np.inf
+                    decide = True
+            newly = ~st.arrived & (st.submit <= t + _EPS)
+            if newly.any():
+                st.arrived |= newly
+                decide = True
+            if t >= (k + 1) * round_s - _EPS:
+                decide = True
+        end = t
+        jobs = tuple(
+            JobResult(
+                name=spec.name,
+                application=spec.application,
+                submit_s=float(st.submit[i]),
+                jct_s=float(st.finish[i] - st.submit[i]) if st.done[i] else None,
+                restarts=int(st.restarts[i]),
+                failures=int(st.failures[i]),
+                t_progress_s=float(st.t_progress[i]),
+                t_ckpt_s=float(st.t_ckpt[i]),
+                t_queue_s=float(st.t_queue[i]),
+                gpu_s_used=float(st.gpu_s[i]),
+                gpu_s_lost=float(st.gpu_lost[i]),
+            )
+            for i, spec in enumerate(self.workload.jobs)
+        )
+        last = float(np.nanmax(st.finish)) if st.done.all() else end
+        return RunResult(
+            policy=policy.name,
+            workload=self.workload.name,
+            failure_rate=failure_rate,
+            seed=seed,
+            jobs=jobs,
+            decision_ms=tuple(decision_ms),
+            makespan_s=last - float(st.submit.min()),
+            end_time_s=end,
+            wall_s=time.perf_counter() - wall_start,
+        )
+
+    # ------------------------------------------------------------ helpers
+    def _fail_prob(self, st: _JobsState, lam: float) -> np.ndarray | float:
+        if self.physics.failure_scope == "job":
+            return lam
+        g = np.where(st.config >= 0, self.config_gpus[np.maximum(st.config, 0)], 0)
+        return 1.0 - (1.0 - lam) ** g
+
+    def _advance(self, st: _JobsState, dt: float) -> None:
+        if dt <= 0:
+            return
+        alloc = st.config >= 0
+        restoring = alloc & (st.restore_left > 0)
+        running = alloc & ~restoring
+        waiting = st.arrived & ~st.done & ~alloc
+        st.progress[running] += st.rate[running] * dt
+        st.t_progress[running] += dt
+        st.restore_left[restoring] -= dt
+        st.t_ckpt[restoring] += dt
+        st.t_queue[restoring | waiting] += dt
+        g = np.where(alloc, self.config_gpus[np.maximum(st.config, 0)], 0)
+        st.gpu_s += g * dt
+        st.gpu_lost[restoring] += g[restoring] * dt
+
+    def _update_rates(self, st: _JobsState) -> None:
+        st.rate[:] = 0.0
+        for i in np.flatnonzero((st.config >= 0) & (st.restore_left <= 0)):
+            app = self.apps[i]
+            e = app.epoch_of(float(st.progress[i]))
+            st.epoch[i] = e
+            ch = self.table.choices(app.name, e)
+            st.rate[i] = ch.progress_rate[st.config[i]] / self.calibration[i]
+
+    def _fail(self, st: _JobsState, idx: np.ndarray) -> None:
+        ph = self.physics
+        for i in idx:
+            if ph.lost_work == "since-checkpoint":
+                last_ckpt = max(
+                    st.ckpt_tprog[i],
+                    math.floor(st.t_progress[i] / ph.checkpoint_interval_s) * ph.checkpoint_interval_s,
+                )
+                lost_t = max(0.0, float(st.t_progress[i] - last_ckpt))
+                st.progress[i] = max(0.0, st.progress[i] - st.rate[i] * lost_t)
+                st.t_progress[i] -= lost_t
+                st.gpu_lost[i] += lost_t * self.config_gpus[st.config[i]]
+                st.ckpt_tprog[i] = st.t_progress[i]
+            st.failures[i] += 1
+            st.restarts[i] += 1
+            st.restore_left[i] = self.restore_delay[i]
+            st.rate[i] = 0.0
+
+    def snapshot(self, st: _JobsState, t: float, active: np.ndarray) -> RoundSnapshot:
+        """The policy's view of the active jobs at time t."""
+        rows = []
+        for i in active:
+            app = self.apps[i]
+            e = app.epoch_of(float(st.progress[i]))
+            st.epoch[i] = e
+            rows.append(self.table.choices(app.name, e).goodput)
+        raw = np.vstack(rows)
+        valid = self.bounds[active] & (raw > 0)
+        row_min = np.where(valid, raw, np.inf).min(axis=1)
+        good = np.where(valid, raw / np.where(np.isfinite(row_min), row_min, 1.0)[:, None], 0.0)
+        return RoundSnapshot(
+            time_s=t,
+            configs=self.configs,
+            gpu_types=self.cluster.gpu_types,
+            config_type=self.config_type,
+            config_gpus=self.config_gpus,
+            capacity=self.capacity,
+            job_names=tuple(self.workload.jobs[i].name for i in active),
+            applications=tuple(self.workload.jobs[i].application for i in active),
+            goodput=frozen_array(good, np.float64),
+            valid=frozen_array(valid, bool),
+            t_progress_s=frozen_array(st.t_progress[active], np.float64),
+            t_ckpt_s=frozen_array(st.t_ckpt[active], np.float64),
+            t_queue_s=frozen_array(st.t_queue[active], np.float64),
+            age_s=frozen_array(t - st.submit[active], np.float64),
+            restarts=frozen_array(st.restarts[active], np.int64),
+            failures=frozen_array(st.failures[active], np.int64),
+            current=frozen_array(st.config[active], np.int64),
+            restoring=frozen_array((st.config[active] >= 0) & (st.restore_left[active] > 0), bool),
+            restart_penalty_s=frozen_array(self.penalty[active], np.float64),
+            attained_gpu_s=frozen_array(st.gpu_s[active], np.float64),
+        )
+
+    def _decide(
+        self,
+        st: _JobsState,
+        t: float,
+        active: np.ndarray,
+        policy: Policy,
+        decision_ms: list[float],
+        on_round: RoundObserver | None,
+    ) -> None:
+        snap = self.snapshot(st, t, active)
+        start = time.perf_counter()
+        alloc = policy.decide(snap)
+        decision_ms.append((time.perf_counter() - start) * 1e3)
+        choice = np.asarray(alloc.config, dtype=np.int64)
+        if choice.shape != (len(active),):
+            raise RuntimeError(f"policy {policy.name!r} returned {choice.shape} choices for {len(active)} jobs")
+        chosen = np.flatnonzero(choice >= 0)
+        if not np.all(snap.valid[chosen, choice[chosen]]):
+            raise RuntimeError(f"policy {policy.name!r} chose an invalid configuration at t={t}")
+        if np.any(alloc.gpus_per_type(snap) > self.capacity):
+            raise RuntimeError(f"policy {policy.name!r} exceeded GPU capacity at t={t}")
+        new_cfgs = [self.configs[c] if c >= 0 else None for c in choice]
+        old_cfgs = [self.configs[st.config[i]] if st.config[i] >= 0 else None for i in active]
+        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs)
+        if on_round is not None:
+            on_round(snap, alloc, placed)
+        for pos, i in enumerate(active):
+            new = int(choice[pos])
+            if new < 0:
+                if st.config[i] >= 0:
+                    st.config[i] = -1
+                    st.gpus[i] = ()
+                    st.restore_left[i] = 0.0
+                    st.ckpt_tprog[i] = st.t_progress[i]
+                continue
+            if new != st.config[i] or placed[pos] != st.gpus[i]:
+                if st.started[i]:
+                    st.restarts[i] += 1
+                st.started[i] = True
+                st.config[i] = new
+                st.gpus[i] = placed[pos]
+                st.restore_left[i] = self.restore_delay[i]
+                if self.physics.queue_clock == "since-last-run":
+                    st.t_queue[i] = 0.0
+
+
+def simulate(
+    workload: Workload,
+    policy: Policy,
+    failure_rate: float = 0.0,
+    seed: int = 0,
+    cluster: Cluster | None = None,
+    physics: PhysicsOptions | None = None,
+    catalog: Catalog | None = None,
+) -> RunResult:
+    """One run: convenience wrapper around ``Simulator(...).run(...)``."""
+    return Simulator(workload, cluster, catalog, physics).run(policy, failure_rate, seed)

@@ -1,0 +1,153 @@
+"""Workload files: OAK's CSV (``name,submit_time_s,application,min_gpus,max_gpus[,restart_penalty_s,batch_size]``)
+and Sia's CSV (``name,time,application,num_replicas,batch_size``). Lines starting with ``#`` are comments."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from oak.errors import OakInputError
+from oak.model.job import JobSpec
+
+OAK_REQUIRED = ("name", "submit_time_s", "application", "min_gpus", "max_gpus")
+OAK_OPTIONAL = ("restart_penalty_s", "batch_size")
+SIA_REQUIRED = ("name", "time", "application", "num_replicas", "batch_size")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named list of jobs, sorted by submission time."""
+
+    name: str
+    jobs: tuple[JobSpec, ...]
+    description: str = ""
+    source: str = ""
+
+
+def builtin_workloads() -> tuple[str, ...]:
+    files = resources.files("oak.workloads").joinpath("data")
+    return tuple(sorted(p.name[:-4] for p in files.iterdir() if p.name.endswith(".csv")))
+
+
+def load_workload(name_or_path: str, known_apps: Collection[str] | None = None) -> Workload:
+    """An embedded workload by name (``medium``) or a CSV file by path."""
+    if name_or_path in builtin_workloads():
+        res = resources.files("oak.workloads").joinpath("data", f"{name_or_path}.csv")
+        return read_workload_csv(res.read_text(encoding="utf-8"), f"<builtin {name_or_path}>", name_or_path, known_apps)
+    path = Path(name_or_path)
+    if not path.exists():
+        raise OakInputError(
+            f"workload {name_or_path!r}: no such file and not an embedded workload "
+            f"(embedded: {', '.join(builtin_workloads())})"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OakInputError(f"{path}: cannot read workload file: {exc}") from exc
+    return read_workload_csv(text, str(path), path.stem, known_apps)
+
+
+def read_workload_csv(text: str, source: str, name: str, known_apps: Collection[str] | None = None) -> Workload:
+    """Parse either CSV format (chosen by the header); errors name ``source``, the line and the field."""
+    lines = text.splitlines()
+    description = ""
+    numbered = []
+    for lineno, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            if not description:
+                description = stripped.lstrip("# ").split(":", 1)[-1].strip()
+            continue
+        numbered.append((lineno, line))
+    if not numbered:
+        raise OakInputError(f"{source}: empty workload; expected a CSV header and at least one job")
+    header_line, header = numbered[0]
+    fields = [f.strip() for f in next(csv.reader(io.StringIO(header)))]
+    if all(f in fields for f in OAK_REQUIRED):
+        fmt = "oak"
+    elif all(f in fields for f in SIA_REQUIRED):
+        fmt = "sia"
+    else:
+        raise OakInputError(
+            f"{source}:{header_line}: header {fields} matches no workload format; expected "
+            f"{','.join(OAK_REQUIRED)}[,{','.join(OAK_OPTIONAL)}] or {','.join(SIA_REQUIRED)}"
+        )
+    if len(set(fields)) != len(fields):
+        raise OakInputError(f"{source}:{header_line}: duplicate column in header {fields}")
+    if len(numbered) == 1:
+        raise OakInputError(f"{source}: no jobs after the header; expected at least one job")
+    jobs: list[JobSpec] = []
+    seen: dict[str, int] = {}
+    for lineno, line in numbered[1:]:
+        values = [v.strip() for v in next(csv.reader(io.StringIO(line)))]
+        if len(values) != len(fields):
+            raise OakInputError(f"{source}:{lineno}: {len(values)} fields; expected {len(fields)} ({','.join(fields)})")
+        row = dict(zip(fields, values, strict=True))
+        where = f"{source}:{lineno}"
+        job = _oak_row(row, where) if fmt == "oak" else _sia_row(row, where)
+        if known_apps is not None and job.application not in known_apps:
+            raise OakInputError(
+                f"{where}: field 'application' = {job.application!r} is unknown; "
+                f"expected one of {', '.join(sorted(known_apps))}"
+            )
+        if job.name in seen:
+            raise OakInputError(f"{where}: duplicate job name {job.name!r} (first on line {seen[job.name]})")
+        seen[job.name] = lineno
+        jobs.append(job)
+    jobs.sort(key=lambda j: (j.submit_time_s, j.name))
+    return Workload(name=name, jobs=tuple(jobs), description=description, source=source)
+
+
+def _float(row: dict[str, str], key: str, where: str, minimum: float = 0.0) -> float:
+    raw = row[key]
+    try:
+        v = float(raw)
+    except ValueError:
+        raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected a number") from None
+    if not math.isfinite(v) or v < minimum:
+        raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected a finite number >= {minimum:g}")
+    return v
+
+
+def _int(row: dict[str, str], key: str, where: str, minimum: int = 1) -> int:
+    raw = row[key]
+    try:
+        v = int(raw)
+    except ValueError:
+        raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected an integer") from None
+    if v < minimum:
+        raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected an integer >= {minimum}")
+    return v
+
+
+def _name(row: dict[str, str], where: str) -> str:
+    if not row["name"]:
+        raise OakInputError(f"{where}: field 'name' is empty; expected a job name")
+    if not row["application"]:
+        raise OakInputError(f"{where}: field 'application' is empty; expected an application name")
+    return row["name"]
+
+
+def _oak_row(row: dict[str, str], where: str) -> JobSpec:
+    name = _name(row, where)
+    lo = _int(row, "min_gpus", where)
+    hi = _int(row, "max_gpus", where)
+    if hi < lo:
+        raise OakInputError(f"{where}: field 'max_gpus' = {hi} is below min_gpus = {lo}")
+    penalty = _float(row, "restart_penalty_s", where) if row.get("restart_penalty_s") else None
+    batch = _int(row, "batch_size", where) if row.get("batch_size") else None
+    return JobSpec(name, row["application"], _float(row, "submit_time_s", where), lo, hi, penalty, batch)
+
+
+def _sia_row(row: dict[str, str], where: str) -> JobSpec:
+    name = _name(row, where)
+    replicas = _int(row, "num_replicas", where)
+    batch = _int(row, "batch_size", where)
+    return JobSpec(name, row["application"], _float(row, "time", where), 1, replicas, None, batch)

@@ -1,0 +1,66 @@
+"""Placement: whole nodes for multi-node jobs, GPUs kept when the configuration is unchanged, no sharing."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from oak.model import cluster_preset, sia_configurations
+from oak.model.config import Configuration
+from oak.placement import place
+
+CLUSTER = cluster_preset("paper-12")
+CONFIGS = sia_configurations(CLUSTER)
+
+
+def test_paper_cluster_configurations() -> None:
+    assert [c.gpus for c in CONFIGS] == [1, 2, 4, 8, 12]
+    assert [c.nodes for c in CONFIGS] == [1, 1, 1, 2, 3]
+
+
+def _check(cfgs: list[Configuration | None], placed: list[tuple[int, ...]]) -> None:
+    flat = [g for p in placed for g in p]
+    assert len(flat) == len(set(flat))
+    for c, p in zip(cfgs, placed, strict=True):
+        if c is None:
+            assert p == ()
+            continue
+        assert len(p) == c.gpus
+        nodes = {CLUSTER.node_of_gpu(g) for g in p}
+        assert len(nodes) == c.nodes
+        if c.nodes > 1:
+            for n in nodes:  # whole nodes
+                assert sum(CLUSTER.node_of_gpu(g) == n for g in p) == CLUSTER.nodes[n].gpus
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_any_capacity_feasible_choice_is_placed(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    prev: list[tuple[int, ...]] = [() for _ in range(6)]
+    prev_cfg: list[Configuration | None] = [None] * 6
+    for _ in range(5):
+        while True:
+            pick = [int(x) for x in rng.integers(-1, len(CONFIGS), size=6)]
+            if sum(CONFIGS[p].gpus for p in pick if p >= 0) <= 12:
+                break
+        cfgs = [CONFIGS[p] if p >= 0 else None for p in pick]
+        placed = place(CLUSTER, cfgs, prev, prev_cfg)
+        _check(cfgs, placed)
+        prev, prev_cfg = placed, cfgs
+
+
+def test_unchanged_configuration_keeps_gpus() -> None:
+    two = CONFIGS[1]
+    first = place(CLUSTER, [two, two, None], [(), (), ()], [None, None, None])
+    again = place(CLUSTER, [two, two, CONFIGS[0]], first, [two, two, None])
+    assert again[0] == first[0] and again[1] == first[1]
+
+
+def test_all_combinations_of_three_jobs() -> None:
+    for pick in itertools.product(range(-1, len(CONFIGS)), repeat=3):
+        if sum(CONFIGS[p].gpus for p in pick if p >= 0) > 12:
+            continue
+        cfgs = [CONFIGS[p] if p >= 0 else None for p in pick]
+        _check(cfgs, place(CLUSTER, cfgs, [(), (), ()], [None, None, None]))

@@ -1,0 +1,73 @@
+"""Workload files: the embedded ones equal their documented recipe; both CSV formats load; bad input is named."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from oak.errors import OakInputError
+from oak.workloads import builtin_workloads, load_workload, read_workload_csv
+from oak.workloads.compose import RECIPES, render
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sia" / "workloads"
+
+
+def test_embedded_workloads_match_recipes() -> None:
+    assert set(builtin_workloads()) == {"small", "medium", "congestion", "stress", "ckpt-variance"}
+    for name, recipe in RECIPES.items():
+        shipped = resources.files("oak.workloads").joinpath("data", f"{name}.csv").read_text(encoding="utf-8")
+        assert shipped == render(recipe), f"{name}.csv differs from its recipe: run python -m oak.workloads.compose"
+
+
+@pytest.mark.parametrize(("name", "count"), [("small", 4), ("medium", 12), ("congestion", 24), ("stress", 40)])
+def test_paper_job_counts(name: str, count: int) -> None:
+    wl = load_workload(name)
+    assert len(wl.jobs) == count
+    assert {j.application for j in wl.jobs} <= {"cifar10", "imagenet", "yolov3", "bert", "deepspeech2"}
+
+
+def test_sia_format() -> None:
+    text = "name,time,application,num_replicas,batch_size\nj0,10.5,cifar10,4,256\nj1,3,bert,2,12\n"
+    wl = read_workload_csv(text, "t.csv", "t")
+    assert [j.name for j in wl.jobs] == ["j1", "j0"]  # sorted by submission
+    assert wl.jobs[1].max_gpus == 4 and wl.jobs[1].batch_size == 256
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="../shared/data not present")
+def test_sia_trace_files_load() -> None:
+    wl = load_workload(str(SHARED / "newtrace" / "workload-1.csv"))
+    assert len(wl.jobs) > 100
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty workload"),
+        ("a,b\n1,2\n", "matches no workload format"),
+        ("name,submit_time_s,application,min_gpus,max_gpus\n", "no jobs"),
+        ("name,submit_time_s,application,min_gpus,max_gpus\nj,x,cifar10,1,2\n", ":2: field 'submit_time_s'"),
+        ("name,submit_time_s,application,min_gpus,max_gpus\nj,-5,cifar10,1,2\n", ">= 0"),
+        ("name,submit_time_s,application,min_gpus,max_gpus\nj,0,cifar10,0,2\n", "'min_gpus'"),
+        ("name,submit_time_s,application,min_gpus,max_gpus\nj,0,cifar10,3,2\n", "below min_gpus"),
+        (
+            "name,submit_time_s,application,min_gpus,max_gpus\nj,0,cifar10,1,2\nj,5,bert,1,2\n",
+            "duplicate job name",
+        ),
+        ("name,submit_time_s,application,min_gpus,max_gpus\nj,0,cifar10,1\n", "4 fields; expected 5"),
+        (
+            "name,submit_time_s,application,min_gpus,max_gpus\nj,0,gpt9,1,2\n",
+            "'application' = 'gpt9' is unknown",
+        ),
+        ("name,submit_time_s,application,min_gpus,max_gpus\nj,nan,cifar10,1,2\n", "finite"),
+    ],
+)
+def test_malformed_workloads(text: str, message: str) -> None:
+    with pytest.raises(OakInputError, match=message):
+        read_workload_csv(text, "w.csv", "w", known_apps={"cifar10", "bert"})
+
+
+def test_missing_file() -> None:
+    with pytest.raises(OakInputError, match="no such file"):
+        load_workload("/nonexistent/w.csv")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import highspy
 import numpy as np
 
@@ -18,7 +21,7 @@ def solve_highs(problem: AssignmentProblem) -> IntArray:
     if n == 0:
         return choice
     n_types = len(problem.capacity)
-    h = highspy.Highs()  # type: ignore[no-untyped-call]
+    h = _new_highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("mip_rel_gap", 0.0)
     h.setOptionValue("mip_abs_gap", 1e-9)
@@ -51,3 +54,28 @@ def solve_highs(problem: AssignmentProblem) -> IntArray:
     chosen = x > 0.5
     choice[rows[chosen]] = cols[chosen]
     return choice
+
+
+_quiet_once = False
+
+
+def _new_highs() -> highspy.Highs:
+    """A silent HiGHS instance. HiGHS prints a banner on the C level at its first construction in a process,
+    before any option can be set; that one construction runs with stdout pointed at /dev/null."""
+    global _quiet_once
+    if _quiet_once:
+        h = highspy.Highs()  # type: ignore[no-untyped-call]
+    else:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+            h = highspy.Highs()  # type: ignore[no-untyped-call]
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(devnull)
+        _quiet_once = True
+    h.setOptionValue("output_flag", False)
+    return h

@@ -1,0 +1,89 @@
+"""The command line: the documented commands work, write the documented JSON, and bad input exits 2 cleanly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUN_KEYS = {
+    "policy", "workload", "failure_rate", "seed", "mean_jct_s", "median_jct_s", "p99_jct_s", "max_jct_s",
+    "makespan_s", "restarts_per_job", "decision_ms_mean", "decision_ms_p95", "rounds", "jobs",
+}  # fmt: skip
+JOB_KEYS = {"name", "jct_s", "restarts", "failures", "t_progress_s", "t_ckpt_s", "t_queue_s"}
+
+
+def oak(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from oak.cli.main import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_compare_writes_documented_json(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    res = oak("compare", "--workload", "small", "--policies", "oak,sia,goodput", "--failure-rates", "0,0.1",
+              "--seeds", "2", "--workers", "2", "--json", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "mean JCT" in res.stdout
+    runs = json.loads(out.read_text())["runs"]
+    assert len(runs) == 3 * 2 * 2
+    for run in runs:
+        assert RUN_KEYS <= set(run)
+        assert len(run["jobs"]) == 4
+        for job in run["jobs"]:
+            assert JOB_KEYS <= set(job)
+    # Paired: at λ = 0 seeds are identical (no randomness left), at λ = 0.1 they differ.
+    by = {(r["policy"], r["failure_rate"], r["seed"]): r for r in runs}
+    assert by[("oak", 0.0, 0)]["mean_jct_s"] == by[("oak", 0.0, 1)]["mean_jct_s"]
+
+
+def test_simulate_prints_table_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "one.json"
+    res = oak("simulate", "--workload", "small", "--policy", "sia", "--failure-rate", "0.05", "--json", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "makespan" in res.stdout
+    assert json.loads(out.read_text())["runs"][0]["policy"] == "sia"
+
+
+def test_workloads_list_and_show() -> None:
+    res = oak("workloads", "list")
+    assert res.returncode == 0 and "ckpt-variance" in res.stdout
+    res = oak("workloads", "show", "medium")
+    assert res.returncode == 0 and "imagenet-4" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("simulate", "--policy", "nope"), "policy 'nope' is unknown"),
+        (("simulate", "--p", "-0.5"), "p=-0.5"),
+        (("simulate", "--k-max", "0.5"), "k_max"),
+        (("simulate", "--failure-rate", "1.5"), "--failure-rate 1.5"),
+        (("simulate", "--workload", "/no/such.csv"), "no such file"),
+        (("simulate", "--restore-cost", "soon"), "restore_cost"),
+        (("simulate", "--solver", "cplex"), "--solver"),
+        (("compare", "--failure-rates", "0,x"), "'x' is not a number"),
+        (("compare", "--seeds", "0"), "--seeds"),
+        (("simulate", "--cluster", "huge"), "cluster preset"),
+    ],
+)
+def test_bad_input_exits_2_without_traceback(args: tuple[str, ...], message: str) -> None:
+    res = oak(*args)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr + res.stdout
+    assert message in " ".join(res.stderr.split())
+
+
+def test_bad_workload_file_names_line(tmp_path: Path) -> None:
+    bad = tmp_path / "w.csv"
+    bad.write_text("name,submit_time_s,application,min_gpus,max_gpus\nj,0,cifar10,1,8\nk,zero,bert,1,8\n")
+    res = oak("simulate", "--workload", str(bad))
+    assert res.returncode == 2
+    assert f"{bad}:3: field 'submit_time_s'" in " ".join(res.stderr.split())

@@ -35,10 +35,10 @@ def test_compare_writes_documented_json(tmp_path: Path) -> None:
     runs = json.loads(out.read_text())["runs"]
     assert len(runs) == 3 * 2 * 2
     for run in runs:
-        assert RUN_KEYS <= set(run)
+        assert set(run) >= RUN_KEYS
         assert len(run["jobs"]) == 4
         for job in run["jobs"]:
-            assert JOB_KEYS <= set(job)
+            assert set(job) >= JOB_KEYS
     # Paired: at λ = 0 seeds are identical (no randomness left), at λ = 0.1 they differ.
     by = {(r["policy"], r["failure_rate"], r["seed"]): r for r in runs}
     assert by[("oak", 0.0, 0)]["mean_jct_s"] == by[("oak", 0.0, 1)]["mean_jct_s"]

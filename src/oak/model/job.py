@@ -16,6 +16,8 @@ class JobSpec:
     count of any configuration the job may get. ``restart_penalty_s``: P_restart (seconds) used by the
     restart factor; ``None`` means the application's default (paper §IV-D, 30 s fallback).
     ``batch_size``: the global batch the user asked for (informational; the simulator tunes it per allocation).
+    ``gpus``: the GPU count the user asked for (paper §IV-B "GPU demand"); rigid policies (Gavel) run the job at
+    exactly this count and DRF caps its share there. ``None`` means ``max_gpus``.
     """
 
     name: str
@@ -25,6 +27,12 @@ class JobSpec:
     max_gpus: int = 64
     restart_penalty_s: float | None = None
     batch_size: int | None = None
+    gpus: int | None = None
+
+    @property
+    def requested_gpus(self) -> int:
+        """The GPU demand: ``gpus`` if given, else ``max_gpus``."""
+        return self.gpus if self.gpus is not None else self.max_gpus
 
     def __post_init__(self) -> None:
         where = f"job {self.name!r}"
@@ -41,6 +49,11 @@ class JobSpec:
         ):
             raise OakInputError(
                 f"{where}: restart_penalty_s={self.restart_penalty_s!r}; expected a finite number >= 0 (s)"
+            )
+        if self.gpus is not None and not self.min_gpus <= self.gpus <= self.max_gpus:
+            raise OakInputError(
+                f"{where}: gpus={self.gpus}; expected a demand within [min_gpus, max_gpus] = "
+                f"[{self.min_gpus}, {self.max_gpus}]"
             )
         if self.batch_size is not None and self.batch_size < 1:
             raise OakInputError(f"{where}: batch_size={self.batch_size}; expected a positive integer")

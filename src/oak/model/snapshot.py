@@ -37,6 +37,13 @@ class RoundSnapshot:
     age_s: now − submission (s). restarts: restore events after the first start. current: configuration index
     held now (−1: none). restoring: the job is inside a restore delay. restart_penalty_s: P_restart per job (s).
     attained_gpu_s: GPU-seconds received so far.
+    min_gpus / max_gpus / requested_gpus: (J,) the job's GPU bounds and demand.
+    progress_rate: (J, C) progress in base-batch iterations per second in each configuration (0 where invalid);
+    remaining_work / total_work: (J,) base-batch iterations left / in all (estimates a real runtime also has).
+    node_type / node_gpus: (K,) GPU type index and GPU count of each node. current_replicas: (J, K) GPUs held
+    per node now. node_goodput: (J, T, N+1, R+1) raw goodput (samples/s) of each job on N nodes and R GPUs of
+    type T (0 where infeasible), filled only for policies that set ``needs_node_goodput``.
+    policy_state: what this policy returned as ``Allocation.state`` in the previous round (None at first).
     """
 
     time_s: float
@@ -59,6 +66,17 @@ class RoundSnapshot:
     restoring: BoolArray
     restart_penalty_s: FloatArray
     attained_gpu_s: FloatArray
+    min_gpus: IntArray
+    max_gpus: IntArray
+    requested_gpus: IntArray
+    progress_rate: FloatArray
+    remaining_work: FloatArray
+    total_work: FloatArray
+    node_type: IntArray
+    node_gpus: IntArray
+    current_replicas: IntArray
+    node_goodput: FloatArray | None = None
+    policy_state: Any = None
 
     @property
     def num_jobs(self) -> int:
@@ -73,13 +91,18 @@ class RoundSnapshot:
 class Allocation:
     """A policy's decision: ``config[i]`` is the configuration index for job i, or −1 for none.
 
-    ``objective``: the optimiser's objective value; ``method``: which solver produced it.
+    ``replicas``: optionally (J, K) GPUs per node for policies that place jobs themselves (Pollux); when given,
+    it is the decision and ``config`` is ignored by the simulator. ``objective``: the optimiser's objective
+    value; ``method``: which solver produced it; ``state``: handed back as the next round's
+    ``RoundSnapshot.policy_state`` (e.g. a genetic algorithm's population, for warm starts).
     """
 
     config: IntArray
     objective: float = float("nan")
     method: str = ""
     info: dict[str, float] = field(default_factory=dict)
+    replicas: IntArray | None = None
+    state: Any = None
 
     def gpus_per_type(self, snap: RoundSnapshot) -> IntArray:
         """GPUs used per GPU type."""

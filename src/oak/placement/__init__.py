@@ -1,5 +1,5 @@
 """Map chosen configurations to GPU ids on nodes."""
 
-from oak.placement.placer import PlacementError, place
+from oak.placement.placer import PlacementError, place, place_replicas
 
-__all__ = ["PlacementError", "place"]
+__all__ = ["PlacementError", "place", "place_replicas"]

@@ -88,3 +88,44 @@ def _cfg(configs: Sequence[Configuration | None], i: int) -> Configuration:
     c = configs[i]
     assert c is not None
     return c
+
+
+def place_replicas(
+    cluster: Cluster,
+    replicas: Sequence[Sequence[int]],
+    previous: Sequence[GpuSet],
+) -> list[GpuSet]:
+    """GPU ids for explicit per-node replica counts (``replicas[i][k]`` GPUs of node k for job i).
+
+    On each node a job keeps the GPUs it held there when its count on that node is unchanged; the others take
+    the lowest free GPUs. The caller guarantees per-node capacity.
+    """
+    n_nodes = len(cluster.nodes)
+    held: list[dict[int, list[int]]] = []
+    for prev in previous:
+        by_node: dict[int, list[int]] = {}
+        for g in prev:
+            by_node.setdefault(cluster.node_of_gpu(g), []).append(g)
+        held.append(by_node)
+    out: list[list[int]] = [[] for _ in replicas]
+    for k in range(n_nodes):
+        first = cluster.first_gpu[k]
+        free = set(range(first, first + cluster.nodes[k].gpus))
+        movers = []
+        for i, row in enumerate(replicas):
+            want = int(row[k])
+            if want <= 0:
+                continue
+            mine = held[i].get(k, [])
+            if len(mine) == want:
+                out[i].extend(mine)
+                free.difference_update(mine)
+            else:
+                movers.append((i, want))
+        pool = sorted(free)
+        for i, want in movers:
+            if want > len(pool):
+                raise PlacementError(f"node {k}: {want} GPUs requested, {len(pool)} free")
+            out[i].extend(pool[:want])
+            del pool[:want]
+    return [tuple(sorted(g)) for g in out]

@@ -22,7 +22,7 @@ from oak.goodput.table import GoodputTable
 from oak.model.cluster import Cluster, cluster_preset
 from oak.model.config import Configuration, sia_configurations
 from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array
-from oak.placement import place
+from oak.placement import place, place_replicas
 from oak.placement.placer import GpuSet
 from oak.policies.base import Policy
 from oak.sim import rng
@@ -31,6 +31,10 @@ from oak.sim.physics import PhysicsOptions
 from oak.workloads import Workload
 
 RoundObserver = Callable[[RoundSnapshot, Allocation, list[GpuSet]], None]
+
+#: Limits on shapes outside Sia's configuration set (Pollux's repair: ≤ 16 nodes; Pollux/Sia: ≤ 64 replicas).
+MAX_NODES_PER_JOB = 16
+MAX_REPLICAS_PER_JOB = 64
 
 _EPS = 1e-9
 
@@ -46,6 +50,7 @@ class _JobsState:
     progress: np.ndarray
     epoch: np.ndarray
     config: np.ndarray
+    shape: np.ndarray
     restore_left: np.ndarray
     rate: np.ndarray
     t_progress: np.ndarray
@@ -58,6 +63,7 @@ class _JobsState:
     gpu_lost: np.ndarray
     ckpt_tprog: np.ndarray
     gpus: list[GpuSet]
+    policy_state: object = None
 
 
 class Simulator:
@@ -80,11 +86,12 @@ class Simulator:
         self.config_type = np.array([types.index(c.gpu_type) for c in self.configs], dtype=np.int64)
         self.config_gpus = np.array([c.gpus for c in self.configs], dtype=np.int64)
         self.capacity = np.array([self.cluster.capacity(t) for t in types], dtype=np.int64)
+        self.node_type = np.array([types.index(n.gpu_type) for n in self.cluster.nodes], dtype=np.int64)
+        self.node_gpus = np.array([n.gpus for n in self.cluster.nodes], dtype=np.int64)
+        self.gpu_node = np.repeat(np.arange(len(self.cluster.nodes)), self.node_gpus)
+        self._build_shapes()
         self.table = GoodputTable(
-            self.catalog,
-            np.array([c.nodes for c in self.configs]),
-            self.config_gpus,
-            [c.gpu_type for c in self.configs],
+            self.catalog, self.shape_nodes, self.shape_replicas, [types[t] for t in self.shape_type]
         )
         jobs = workload.jobs
         self.n = len(jobs)
@@ -110,8 +117,11 @@ class Simulator:
             dtype=bool,
         )
         self.bounds = (gpus >= lo) & (gpus <= hi) & profiled
+        self.min_gpus = np.array([j.min_gpus for j in jobs], dtype=np.int64)
+        self.max_gpus = np.array([j.max_gpus for j in jobs], dtype=np.int64)
+        self.requested = np.array([j.requested_gpus for j in jobs], dtype=np.int64)
         for i, j in enumerate(jobs):
-            ok = self.bounds[i] & (self.table.choices(j.application, 0).goodput > 0)
+            ok = self.bounds[i] & (self.table.choices(j.application, 0).goodput[self.config_shape] > 0)
             if not ok.any():
                 sizes = sorted({c.gpus for c in self.configs})
                 raise OakInputError(
@@ -119,6 +129,28 @@ class Simulator:
                     f"feasible configuration of cluster {self.cluster.name!r} (GPU counts {sizes}, "
                     f"application {j.application!r} profiled on {sorted(a for a in self.apps[i].gpus)})"
                 )
+
+    def _build_shapes(self) -> None:
+        """Every (GPU type, nodes N, GPUs R) a job may run on: Sia's configurations plus, for policies that place
+        replicas themselves, any N ≤ 16 nodes of one type holding R ≤ 64 GPUs (reference §3.5, §4.4)."""
+        shapes: dict[tuple[int, int, int], int] = {}
+        for ti, t in enumerate(self.cluster.gpu_types):
+            nodes = self.cluster.nodes_of(t)
+            per_node = min(n.gpus for n in nodes)
+            for n in range(1, min(len(nodes), MAX_NODES_PER_JOB) + 1):
+                for r in range(n, min(n * per_node, MAX_REPLICAS_PER_JOB) + 1):
+                    shapes.setdefault((ti, n, r), len(shapes))
+        for c, t in zip(self.configs, self.config_type, strict=True):
+            shapes.setdefault((int(t), c.nodes, c.gpus), len(shapes))
+        self.shape_index = shapes
+        arr = np.array(list(shapes), dtype=np.int64)
+        self.shape_type, self.shape_nodes, self.shape_replicas = arr[:, 0], arr[:, 1], arr[:, 2]
+        self.config_shape = np.array(
+            [shapes[(int(t), c.nodes, c.gpus)] for c, t in zip(self.configs, self.config_type, strict=True)],
+            dtype=np.int64,
+        )
+        self.shape_config = np.full(len(shapes), -1, dtype=np.int64)
+        self.shape_config[self.config_shape] = np.arange(len(self.configs))
 
     # ------------------------------------------------------------------ run
     def run(
@@ -145,6 +177,7 @@ class Simulator:
             progress=z.copy(),
             epoch=np.zeros(n, np.int64),
             config=np.full(n, -1, np.int64),
+            shape=np.full(n, -1, np.int64),
             restore_left=z.copy(),
             rate=z.copy(),
             t_progress=z.copy(),
@@ -182,7 +215,7 @@ class Simulator:
                 break
             self._update_rates(st)
             # ---- next event
-            alloc = st.config >= 0
+            alloc = st.shape >= 0
             restoring = alloc & (st.restore_left > 0)
             running = alloc & ~restoring
             candidates = [(k + 1) * round_s, ph.horizon_s]
@@ -212,13 +245,14 @@ class Simulator:
                     st.finish[fin] = t
                     for i in np.flatnonzero(fin):
                         st.config[i] = -1
+                        st.shape[i] = -1
                         st.gpus[i] = ()
                         st.restore_left[i] = 0.0
                     decide = True
             st.restore_left[(st.restore_left > 0) & (st.restore_left <= _EPS * max(1.0, t))] = 0.0
             if failure_rate > 0:
                 p_fail = self._fail_prob(st, failure_rate)
-                hit = (st.config >= 0) & (np.abs(fail_time - t) <= _EPS * max(1.0, t)) & (fail_u < p_fail)
+                hit = (st.shape >= 0) & (np.abs(fail_time - t) <= _EPS * max(1.0, t)) & (fail_u < p_fail)
                 if hit.any():
                     self._fail(st, np.flatnonzero(hit))
                     fail_time[hit] = np.inf
@@ -260,16 +294,18 @@ class Simulator:
         )
 
     # ------------------------------------------------------------ helpers
+    def _gpu_count(self, st: _JobsState) -> np.ndarray:
+        return np.where(st.shape >= 0, self.shape_replicas[np.maximum(st.shape, 0)], 0)
+
     def _fail_prob(self, st: _JobsState, lam: float) -> np.ndarray | float:
         if self.physics.failure_scope == "job":
             return lam
-        g = np.where(st.config >= 0, self.config_gpus[np.maximum(st.config, 0)], 0)
-        return 1.0 - (1.0 - lam) ** g
+        return 1.0 - (1.0 - lam) ** self._gpu_count(st)
 
     def _advance(self, st: _JobsState, dt: float) -> None:
         if dt <= 0:
             return
-        alloc = st.config >= 0
+        alloc = st.shape >= 0
         restoring = alloc & (st.restore_left > 0)
         running = alloc & ~restoring
         waiting = st.arrived & ~st.done & ~alloc
@@ -278,18 +314,18 @@ class Simulator:
         st.restore_left[restoring] -= dt
         st.t_ckpt[restoring] += dt
         st.t_queue[restoring | waiting] += dt
-        g = np.where(alloc, self.config_gpus[np.maximum(st.config, 0)], 0)
+        g = self._gpu_count(st)
         st.gpu_s += g * dt
         st.gpu_lost[restoring] += g[restoring] * dt
 
     def _update_rates(self, st: _JobsState) -> None:
         st.rate[:] = 0.0
-        for i in np.flatnonzero((st.config >= 0) & (st.restore_left <= 0)):
+        for i in np.flatnonzero((st.shape >= 0) & (st.restore_left <= 0)):
             app = self.apps[i]
             e = app.epoch_of(float(st.progress[i]))
             st.epoch[i] = e
             ch = self.table.choices(app.name, e)
-            st.rate[i] = ch.progress_rate[st.config[i]] / self.calibration[i]
+            st.rate[i] = ch.progress_rate[st.shape[i]] / self.calibration[i]
 
     def _fail(self, st: _JobsState, idx: np.ndarray) -> None:
         ph = self.physics
@@ -302,25 +338,39 @@ class Simulator:
                 lost_t = max(0.0, float(st.t_progress[i] - last_ckpt))
                 st.progress[i] = max(0.0, st.progress[i] - st.rate[i] * lost_t)
                 st.t_progress[i] -= lost_t
-                st.gpu_lost[i] += lost_t * self.config_gpus[st.config[i]]
+                st.gpu_lost[i] += lost_t * self.shape_replicas[st.shape[i]]
                 st.ckpt_tprog[i] = st.t_progress[i]
             st.failures[i] += 1
             st.restarts[i] += 1
             st.restore_left[i] = self.restore_delay[i]
             st.rate[i] = 0.0
 
-    def snapshot(self, st: _JobsState, t: float, active: np.ndarray) -> RoundSnapshot:
+    def _snapshot(
+        self, st: _JobsState, t: float, active: np.ndarray, needs_node_goodput: bool = False
+    ) -> RoundSnapshot:
         """The policy's view of the active jobs at time t."""
         rows = []
         for i in active:
             app = self.apps[i]
             e = app.epoch_of(float(st.progress[i]))
             st.epoch[i] = e
-            rows.append(self.table.choices(app.name, e).goodput)
-        raw = np.vstack(rows)
+            rows.append(self.table.choices(app.name, e))
+        raw = np.vstack([ch.goodput[self.config_shape] for ch in rows])
         valid = self.bounds[active] & (raw > 0)
         row_min = np.where(valid, raw, np.inf).min(axis=1)
         good = np.where(valid, raw / np.where(np.isfinite(row_min), row_min, 1.0)[:, None], 0.0)
+        rate = np.vstack([ch.progress_rate[self.config_shape] for ch in rows]) / self.calibration[active, None]
+        node_goodput = None
+        if needs_node_goodput:
+            node_goodput = np.zeros(
+                (len(active), len(self.capacity), int(self.shape_nodes.max()) + 1, int(self.shape_replicas.max()) + 1)
+            )
+            for pos, ch in enumerate(rows):
+                node_goodput[pos, self.shape_type, self.shape_nodes, self.shape_replicas] = ch.goodput
+        held = np.zeros((len(active), len(self.cluster.nodes)), dtype=np.int64)
+        for pos, i in enumerate(active):
+            if st.gpus[i]:
+                np.add.at(held[pos], self.gpu_node[list(st.gpus[i])], 1)
         return RoundSnapshot(
             time_s=t,
             configs=self.configs,
@@ -339,9 +389,20 @@ class Simulator:
             restarts=frozen_array(st.restarts[active], np.int64),
             failures=frozen_array(st.failures[active], np.int64),
             current=frozen_array(st.config[active], np.int64),
-            restoring=frozen_array((st.config[active] >= 0) & (st.restore_left[active] > 0), bool),
+            restoring=frozen_array((st.shape[active] >= 0) & (st.restore_left[active] > 0), bool),
             restart_penalty_s=frozen_array(self.penalty[active], np.float64),
             attained_gpu_s=frozen_array(st.gpu_s[active], np.float64),
+            min_gpus=frozen_array(self.min_gpus[active], np.int64),
+            max_gpus=frozen_array(self.max_gpus[active], np.int64),
+            requested_gpus=frozen_array(self.requested[active], np.int64),
+            progress_rate=frozen_array(np.where(valid, rate, 0.0), np.float64),
+            remaining_work=frozen_array(self.total[active] - st.progress[active], np.float64),
+            total_work=frozen_array(self.total[active], np.float64),
+            node_type=self.node_type,
+            node_gpus=self.node_gpus,
+            current_replicas=frozen_array(held, np.int64),
+            node_goodput=None if node_goodput is None else frozen_array(node_goodput, np.float64),
+            policy_state=st.policy_state,
         )
 
     def _decide(
@@ -353,41 +414,78 @@ class Simulator:
         decision_ms: list[float],
         on_round: RoundObserver | None,
     ) -> None:
-        snap = self.snapshot(st, t, active)
+        snap = self._snapshot(st, t, active, bool(getattr(policy, "needs_node_goodput", False)))
         start = time.perf_counter()
         alloc = policy.decide(snap)
         decision_ms.append((time.perf_counter() - start) * 1e3)
-        choice = np.asarray(alloc.config, dtype=np.int64)
-        if choice.shape != (len(active),):
-            raise RuntimeError(f"policy {policy.name!r} returned {choice.shape} choices for {len(active)} jobs")
-        chosen = np.flatnonzero(choice >= 0)
-        if not np.all(snap.valid[chosen, choice[chosen]]):
-            raise RuntimeError(f"policy {policy.name!r} chose an invalid configuration at t={t}")
-        if np.any(alloc.gpus_per_type(snap) > self.capacity):
-            raise RuntimeError(f"policy {policy.name!r} exceeded GPU capacity at t={t}")
-        new_cfgs = [self.configs[c] if c >= 0 else None for c in choice]
-        old_cfgs = [self.configs[st.config[i]] if st.config[i] >= 0 else None for i in active]
-        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs)
+        st.policy_state = alloc.state
+        if alloc.replicas is not None:
+            shapes, placed = self._apply_replicas(snap, alloc, policy.name, t, active, st)
+        else:
+            shapes, placed = self._apply_configs(snap, alloc, policy.name, t, active, st)
         if on_round is not None:
             on_round(snap, alloc, placed)
         for pos, i in enumerate(active):
-            new = int(choice[pos])
+            new = int(shapes[pos])
             if new < 0:
-                if st.config[i] >= 0:
+                if st.shape[i] >= 0:
+                    st.shape[i] = -1
                     st.config[i] = -1
                     st.gpus[i] = ()
                     st.restore_left[i] = 0.0
                     st.ckpt_tprog[i] = st.t_progress[i]
                 continue
-            if new != st.config[i] or placed[pos] != st.gpus[i]:
+            if new != st.shape[i] or placed[pos] != st.gpus[i]:
                 if st.started[i]:
                     st.restarts[i] += 1
                 st.started[i] = True
-                st.config[i] = new
+                st.shape[i] = new
+                st.config[i] = self.shape_config[new]
                 st.gpus[i] = placed[pos]
                 st.restore_left[i] = self.restore_delay[i]
                 if self.physics.queue_clock == "since-last-run":
                     st.t_queue[i] = 0.0
+
+    def _apply_configs(
+        self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: _JobsState
+    ) -> tuple[np.ndarray, list[GpuSet]]:
+        choice = np.asarray(alloc.config, dtype=np.int64)
+        if choice.shape != (len(active),):
+            raise RuntimeError(f"policy {name!r} returned {choice.shape} choices for {len(active)} jobs")
+        chosen = np.flatnonzero(choice >= 0)
+        if np.any(choice >= len(self.configs)) or not np.all(snap.valid[chosen, choice[chosen]]):
+            raise RuntimeError(f"policy {name!r} chose an invalid configuration at t={t}")
+        if np.any(alloc.gpus_per_type(snap) > self.capacity):
+            raise RuntimeError(f"policy {name!r} exceeded GPU capacity at t={t}")
+        new_cfgs = [self.configs[c] if c >= 0 else None for c in choice]
+        old_cfgs = [self.configs[st.config[i]] if st.config[i] >= 0 else None for i in active]
+        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs)
+        shapes = np.where(choice >= 0, self.config_shape[np.maximum(choice, 0)], -1)
+        return shapes, placed
+
+    def _apply_replicas(
+        self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: _JobsState
+    ) -> tuple[np.ndarray, list[GpuSet]]:
+        rep = np.asarray(alloc.replicas, dtype=np.int64)
+        if rep.shape != (len(active), len(self.cluster.nodes)) or np.any(rep < 0):
+            raise RuntimeError(f"policy {name!r} returned replicas of shape {rep.shape} (or negative) at t={t}")
+        if np.any(rep.sum(axis=0) > self.node_gpus):
+            raise RuntimeError(f"policy {name!r} exceeded a node's GPUs at t={t}")
+        shapes = np.full(len(active), -1, dtype=np.int64)
+        for pos in range(len(active)):
+            used = np.flatnonzero(rep[pos])
+            if len(used) == 0:
+                continue
+            types = set(self.node_type[used].tolist())
+            key = (int(self.node_type[used[0]]), len(used), int(rep[pos].sum()))
+            shape = self.shape_index.get(key, -1)
+            i = active[pos]
+            feasible = shape >= 0 and self.table.choices(self.apps[i].name, int(st.epoch[i])).goodput[shape] > 0
+            if len(types) > 1 or not feasible or not snap.min_gpus[pos] <= key[2] <= snap.max_gpus[pos]:
+                raise RuntimeError(f"policy {name!r} gave job {snap.job_names[pos]!r} an invalid placement at t={t}")
+            shapes[pos] = shape
+        placed = place_replicas(self.cluster, rep.tolist(), [st.gpus[i] for i in active])
+        return shapes, placed
 
 
 def simulate(

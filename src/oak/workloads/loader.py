@@ -1,4 +1,4 @@
-"""Workload files: OAK's CSV (``name,submit_time_s,application,min_gpus,max_gpus[,restart_penalty_s,batch_size]``)
+"""Workload files: OAK's CSV (``name,submit_time_s,application,min_gpus,max_gpus[,gpus,restart_penalty_s,batch_size]``)
 and Sia's CSV (``name,time,application,num_replicas,batch_size``). Lines starting with ``#`` are comments."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from oak.errors import OakInputError
 from oak.model.job import JobSpec
 
 OAK_REQUIRED = ("name", "submit_time_s", "application", "min_gpus", "max_gpus")
-OAK_OPTIONAL = ("restart_penalty_s", "batch_size")
+OAK_OPTIONAL = ("gpus", "restart_penalty_s", "batch_size")
 SIA_REQUIRED = ("name", "time", "application", "num_replicas", "batch_size")
 
 
@@ -143,11 +143,14 @@ def _oak_row(row: dict[str, str], where: str) -> JobSpec:
         raise OakInputError(f"{where}: field 'max_gpus' = {hi} is below min_gpus = {lo}")
     penalty = _float(row, "restart_penalty_s", where) if row.get("restart_penalty_s") else None
     batch = _int(row, "batch_size", where) if row.get("batch_size") else None
-    return JobSpec(name, row["application"], _float(row, "submit_time_s", where), lo, hi, penalty, batch)
+    gpus = _int(row, "gpus", where) if row.get("gpus") else None
+    if gpus is not None and not lo <= gpus <= hi:
+        raise OakInputError(f"{where}: field 'gpus' = {gpus} is outside [min_gpus, max_gpus] = [{lo}, {hi}]")
+    return JobSpec(name, row["application"], _float(row, "submit_time_s", where), lo, hi, penalty, batch, gpus)
 
 
 def _sia_row(row: dict[str, str], where: str) -> JobSpec:
     name = _name(row, where)
     replicas = _int(row, "num_replicas", where)
     batch = _int(row, "batch_size", where)
-    return JobSpec(name, row["application"], _float(row, "time", where), 1, replicas, None, batch)
+    return JobSpec(name, row["application"], _float(row, "time", where), 1, replicas, None, batch, replicas)

@@ -24,6 +24,10 @@ POLICY_DESCRIPTIONS: dict[str, str] = {
     "oak-no-restart": "ablation (b): OAK without the restart factor (r = 1)",
     "oak-aggregate": "§V-D: OAK with the aggregate factor max(A − n·P, 0)/(A + P) instead of the decomposed one",
     "sia": "faithful Sia (reference §5): p = −0.5, λ_n = 1.1, realloc factor on changed configurations",
+    "pollux": "Pollux (reference §4): NSGA-II over replicas per (job, node), power mean (p = −1) of fair-share speedups",
+    "hybrid-oak": "Hybrid OAK (paper §V-E): OAK's objective optimised by NSGA-II (population 20 × 20 generations)",
+    "gavel": "Gavel finish-time fairness (reference §6): min max finish-time ratio at rigid GPU counts",
+    "drf": "DRF (reference §8): max-min fair GPU counts up to each job's demand, no throughput model",
 }
 
 
@@ -39,6 +43,24 @@ def make_policy(name: str, **overrides: Any) -> Policy:
 
     if name == "sia":
         return SiaPolicy(**overrides)
+    if name in ("pollux", "hybrid-oak", "gavel", "drf"):
+        overrides = {k: v for k, v in overrides.items() if k != "solver"}  # no round MILP to choose a solver for
+    if name == "pollux":
+        from oak.policies.pollux import PolluxPolicy
+
+        return PolluxPolicy(**overrides)
+    if name == "hybrid-oak":
+        from oak.policies.hybrid import HybridOakPolicy
+
+        return HybridOakPolicy.with_params(**overrides)
+    if name == "gavel":
+        from oak.policies.gavel import GavelPolicy
+
+        return GavelPolicy(**overrides)
+    if name == "drf":
+        from oak.policies.drf import DrfPolicy
+
+        return DrfPolicy(**overrides)
     presets: dict[str, dict[str, Any]] = {
         "oak": {},
         "goodput": {"age_key": False, "restart_factor": RestartFactor.OFF},

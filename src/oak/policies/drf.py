@@ -1,0 +1,114 @@
+"""DRF (reference §8): max-min fair GPU counts, no throughput model.
+
+Optimises the minimum dominant share: GPUs are handed out one at a time to the job with the smallest
+dominant share (ties: least attained service, then oldest) up to each job's maximum, each GPU type being a
+resource; shares are then rounded down to Sia's configurations and jobs upgraded greedily while GPUs remain.
+Departs from DRF in the rounding (a job runs only on Sia's configurations, as every policy here does) and in
+breaking ties in favour of a job's current allocation: with ties broken by attained service alone a GPU moves
+back and forth every round and, since every move costs a restore, long-restore jobs never progress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from oak.model.snapshot import Allocation, IntArray, RoundSnapshot
+from oak.policies.rigid import fairness_order, rigid_config
+
+
+def drf_shares(
+    capacity: IntArray,
+    demand: IntArray,
+    allowed: np.ndarray,
+    order: IntArray,
+    preferred: IntArray,
+    held: IntArray | None = None,
+) -> tuple[IntArray, IntArray]:
+    """Progressive filling: (GPUs per job, GPU type per job) before rounding to configurations.
+
+    capacity: (T,) GPUs per type; demand: (J,) the most GPUs each job may take; allowed: (J, T) whether job j
+    may run on type t; order: tie-break order of jobs; preferred: (J,) the type a job holds now (−1: none);
+    held: (J,) GPUs a job holds now. A job's dominant share is its GPUs divided by its type's capacity; each
+    step gives one GPU to the job with the smallest share that can still grow (leftover GPUs thus go to the
+    fewest-GPU job first). Ties go first to a job still below what it holds now (stability), then by ``order``.
+    """
+    n_jobs = len(demand)
+    free = capacity.astype(np.int64).copy()
+    count = np.zeros(n_jobs, dtype=np.int64)
+    gtype = np.full(n_jobs, -1, dtype=np.int64)
+    rank = np.empty(n_jobs, dtype=np.int64)
+    rank[order] = np.arange(n_jobs)
+    held_now = np.zeros(n_jobs, dtype=np.int64) if held is None else held
+    while True:
+        best, best_key = -1, (np.inf, 2, np.inf)
+        for j in range(n_jobs):
+            if count[j] >= demand[j]:
+                continue
+            t = gtype[j]
+            if t < 0:
+                cands = [u for u in range(len(capacity)) if allowed[j, u] and free[u] > 0]
+                if not cands:
+                    continue
+                t = preferred[j] if preferred[j] in cands else max(cands, key=lambda u: (free[u], -u))
+            elif free[t] <= 0:
+                continue
+            key = (count[j] / capacity[t], 0 if count[j] < held_now[j] else 1, rank[j])
+            if key < best_key:
+                best, best_key = j, key
+                best_type = t
+        if best < 0:
+            return count, gtype
+        gtype[best] = best_type
+        count[best] += 1
+        free[best_type] -= 1
+
+
+@dataclass(frozen=True)
+class DrfPolicy:
+    """Dominant Resource Fairness on GPU counts, up to each job's max_gpus."""
+
+    name: str = "drf"
+
+    def decide(self, snap: RoundSnapshot) -> Allocation:
+        order = fairness_order(snap)
+        n_types = len(snap.capacity)
+        allowed = np.zeros((snap.num_jobs, n_types), dtype=bool)
+        for t in range(n_types):
+            allowed[:, t] = (snap.valid & (snap.config_type == t)[None, :]).any(axis=1)
+        preferred = np.where(snap.current >= 0, snap.config_type[np.maximum(snap.current, 0)], -1)
+        held_now = np.where(snap.current >= 0, snap.config_gpus[np.maximum(snap.current, 0)], 0)
+        count, gtype = drf_shares(snap.capacity, snap.max_gpus, allowed, order, preferred, held_now)
+        choice = np.full(snap.num_jobs, -1, dtype=np.int64)
+        free = snap.capacity.astype(np.int64).copy()
+        for j in order:  # round down to a configuration
+            if gtype[j] >= 0:
+                c = rigid_config(snap, int(j), int(gtype[j]), int(count[j]))
+                if c >= 0 and snap.config_gpus[c] <= free[gtype[j]]:
+                    choice[j] = c
+                    free[gtype[j]] -= snap.config_gpus[c]
+        rank = np.empty(snap.num_jobs, dtype=np.int64)
+        rank[order] = np.arange(snap.num_jobs)
+        upgraded = True
+        while upgraded:  # greedy upgrades, fewest GPUs first, while GPUs remain
+            upgraded = False
+            held = np.where(choice >= 0, snap.config_gpus[np.maximum(choice, 0)], 0)
+            below_current = (held < held_now).astype(np.int64)
+            for j in np.lexsort((rank, 1 - below_current, held)).tolist():
+                for t in ([int(gtype[j])] if gtype[j] >= 0 else range(n_types)):
+                    cur = int(held[j]) if choice[j] >= 0 and snap.config_type[choice[j]] == t else 0
+                    ok = snap.valid[j] & (snap.config_type == t) & (snap.config_gpus > cur)
+                    ok &= snap.config_gpus - cur <= free[t]
+                    ok &= snap.config_gpus <= snap.max_gpus[j]
+                    if ok.any():
+                        cand = np.flatnonzero(ok)
+                        keep = int(snap.current[j])
+                        c = keep if keep in cand else int(cand[np.argmin(snap.config_gpus[cand])])
+                        free[t] -= snap.config_gpus[c] - cur
+                        choice[j] = c
+                        upgraded = True
+                        break
+                if upgraded:
+                    break
+        return Allocation(config=choice, method="progressive-filling")

@@ -1,0 +1,135 @@
+"""DRF and Gavel: max-min fairness, and the finish-time-fairness optimum against brute force."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oak.policies import make_policy
+from oak.policies.drf import drf_shares
+from oak.policies.gavel import FtfProblem, ftf_fractions
+from oak.sim import Simulator
+from oak.workloads import load_workload
+
+
+def test_drf_water_filling_hand_made() -> None:
+    count, gtype = drf_shares(
+        capacity=np.array([12]),
+        demand=np.array([1, 8, 8, 8, 8]),
+        allowed=np.ones((5, 1), bool),
+        order=np.arange(5),
+        preferred=np.full(5, -1),
+    )
+    assert count.tolist() == [1, 3, 3, 3, 2]  # 11 GPUs over four jobs; the leftover goes first in order
+    assert gtype.tolist() == [0] * 5
+
+
+def test_drf_respects_demand_when_cluster_is_large() -> None:
+    count, _ = drf_shares(np.array([64]), np.array([2, 4, 8]), np.ones((3, 1), bool), np.arange(3), np.full(3, -1))
+    assert count.tolist() == [2, 4, 8]
+
+
+def test_drf_two_gpu_types_are_two_resources() -> None:
+    # Job 0 may only use type 0 (4 GPUs), jobs 1-2 only type 1 (8 GPUs): shares are per type.
+    allowed = np.array([[True, False], [False, True], [False, True]])
+    count, gtype = drf_shares(np.array([4, 8]), np.array([8, 8, 8]), allowed, np.arange(3), np.full(3, -1))
+    assert count.tolist() == [4, 4, 4]
+    assert gtype.tolist() == [0, 1, 1]
+
+
+@given(
+    cap=st.integers(1, 32),
+    demand=st.lists(st.integers(1, 16), min_size=1, max_size=8),
+    seed=st.integers(0, 1000),
+)
+@settings(max_examples=150, deadline=None)
+def test_drf_is_max_min_fair(cap: int, demand: list[int], seed: int) -> None:
+    n = len(demand)
+    order = np.random.default_rng(seed).permutation(n)
+    count, _ = drf_shares(np.array([cap]), np.array(demand), np.ones((n, 1), bool), order, np.full(n, -1))
+    assert count.sum() == min(cap, sum(demand))
+    assert np.all(count <= demand)
+    for j in range(n):
+        if count[j] < demand[j]:  # an unsatisfied job is never more than one GPU behind anyone
+            assert np.all(count <= count[j] + 1)
+
+
+def _brute_ftf(problem: FtfProblem, step: float) -> float:
+    m, k = problem.throughput.shape
+    grid = np.arange(0.0, 1.0 + 1e-9, step)
+    best = np.inf
+    for flat in itertools.product(grid, repeat=m * k):
+        x = np.array(flat).reshape(m, k)
+        if np.any(x.sum(axis=1) > 1 + 1e-9):
+            continue
+        if np.any((problem.gpus[:, None] * x).sum(axis=0) > problem.capacity + 1e-9):
+            continue
+        best = min(best, float(problem.ratios(x).max()))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gavel_ftf_attains_brute_force_minimum_one_type(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    m = 3
+    problem = FtfProblem(
+        throughput=rng.uniform(0.5, 2.0, size=(m, 1)),
+        age_s=rng.uniform(0, 500, size=m),
+        remaining=rng.uniform(500, 3000, size=m),
+        total=np.full(m, 3000.0),
+        overhead_s=np.full(m, 30.0),
+        gpus=rng.choice([1, 2, 4], size=m),
+        capacity=np.array([4]),
+    )
+    x, z = ftf_fractions(problem)
+    assert problem.ratios(x).max() <= z * (1 + 1e-6)
+    brute = _brute_ftf(problem, 0.01)
+    assert z <= brute * (1 + 1e-6)  # never worse than any grid point (bisection tolerance 1e-7)
+    assert z >= brute * 0.97  # and the grid is fine enough to come close
+
+
+def test_gavel_ftf_two_types_lp_matches_brute_force() -> None:
+    problem = FtfProblem(
+        throughput=np.array([[1.0, 2.0], [1.5, 0.5]]),
+        age_s=np.array([100.0, 0.0]),
+        remaining=np.array([2000.0, 1500.0]),
+        total=np.array([2500.0, 1500.0]),
+        overhead_s=np.array([30.0, 30.0]),
+        gpus=np.array([2, 2]),
+        capacity=np.array([2, 2]),
+    )
+    x, z = ftf_fractions(problem)
+    assert problem.ratios(x).max() <= z * (1 + 1e-6)
+    brute = _brute_ftf(problem, 0.05)
+    assert brute * 0.95 <= z <= brute * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("name", ["gavel", "drf"])
+def test_fair_baselines_run_and_respect_capacity(name: str) -> None:
+    sim = Simulator(load_workload("small"))
+    rounds = {"n": 0}
+
+    def check(snap: Any, alloc: Any, _placed: Any) -> None:
+        rounds["n"] += 1
+        assert np.all(alloc.gpus_per_type(snap) <= snap.capacity)
+
+    res = sim.run(make_policy(name), 0.05, 1, on_round=check)
+    assert res.finished and rounds["n"] > 10
+
+
+def test_gavel_runs_jobs_at_their_rigid_demand() -> None:
+    sim = Simulator(load_workload("small"))
+    seen: list[tuple[int, int]] = []
+
+    def check(snap: Any, alloc: Any, _placed: Any) -> None:
+        for j, c in enumerate(alloc.config):
+            if c >= 0:
+                seen.append((int(snap.config_gpus[c]), int(snap.requested_gpus[j])))
+
+    sim.run(make_policy("gavel"), 0.0, 0, on_round=check)
+    assert seen and all(got == want for got, want in seen)

@@ -47,14 +47,14 @@ class FtfProblem:
     def denominators(self) -> FloatArray:
         iso = self.isolated_throughput()
         with np.errstate(divide="ignore"):
-            return self.overhead_s + np.where(iso > 0, self.total / iso, np.inf)  # type: ignore[no-any-return]
+            return self.overhead_s + np.where(iso > 0, self.total / iso, np.inf)
 
     def ratios(self, x: FloatArray) -> FloatArray:
         """Each job's finish-time ratio under time fractions ``x`` (M, K)."""
         tau = (self.throughput * x).sum(axis=1)
         with np.errstate(divide="ignore"):
             finish = self.age_s + np.where(tau > 0, self.remaining / tau, np.inf)
-        return finish / self.denominators()  # type: ignore[no-any-return]
+        return finish / self.denominators()
 
 
 def _fractions_at(problem: FtfProblem, z: float, denom: FloatArray) -> FloatArray | None:
@@ -65,9 +65,9 @@ def _fractions_at(problem: FtfProblem, z: float, denom: FloatArray) -> FloatArra
     need = problem.remaining / slack  # required throughput per job
     m, k = problem.throughput.shape
     if k == 1:
-        t = problem.throughput[:, 0]
+        thr = problem.throughput[:, 0]
         with np.errstate(divide="ignore", invalid="ignore"):
-            x = np.where(t > 0, need / t, np.inf)
+            x = np.where(thr > 0, need / thr, np.inf)
         if np.any(x > 1 + 1e-12) or float((problem.gpus * x).sum()) > problem.capacity[0] + 1e-9:
             return None
         return np.minimum(x, 1.0)[:, None]
@@ -121,11 +121,11 @@ def ftf_fractions(problem: FtfProblem, rel_tol: float = 1e-7) -> tuple[FloatArra
         best = _fractions_at(problem, hi, denom)
     while hi - lo > rel_tol * hi:
         mid = 0.5 * (lo + hi)
-        x = _fractions_at(problem, mid, denom)
-        if x is None:
+        trial = _fractions_at(problem, mid, denom)
+        if trial is None:
             lo = mid
         else:
-            hi, best = mid, x
+            hi, best = mid, trial
     return best, hi
 
 

@@ -41,10 +41,12 @@ def make_policy(name: str, **overrides: Any) -> Policy:
     from oak.policies.sia import SiaPolicy
     from oak.scoring import RestartFactor
 
-    if name == "sia":
-        return SiaPolicy(**overrides)
     if name in ("pollux", "hybrid-oak", "gavel", "drf"):
         overrides = {k: v for k, v in overrides.items() if k != "solver"}  # no round MILP to choose a solver for
+    if name not in ("pollux", "hybrid-oak"):
+        overrides = {k: v for k, v in overrides.items() if k != "seed"}  # deterministic policies take no seed
+    if name == "sia":
+        return SiaPolicy(**overrides)
     if name == "pollux":
         from oak.policies.pollux import PolluxPolicy
 

@@ -96,7 +96,7 @@ class DrfPolicy:
             held = np.where(choice >= 0, snap.config_gpus[np.maximum(choice, 0)], 0)
             below_current = (held < held_now).astype(np.int64)
             for j in np.lexsort((rank, 1 - below_current, held)).tolist():
-                for t in ([int(gtype[j])] if gtype[j] >= 0 else range(n_types)):
+                for t in [int(gtype[j])] if gtype[j] >= 0 else range(n_types):
                     cur = int(held[j]) if choice[j] >= 0 and snap.config_type[choice[j]] == t else 0
                     ok = snap.valid[j] & (snap.config_type == t) & (snap.config_gpus > cur)
                     ok &= snap.config_gpus - cur <= free[t]

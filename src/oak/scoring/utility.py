@@ -27,6 +27,8 @@ class UtilityParams:
 
     p: fairness exponent (≥ 0). alpha: age-key sensitivity (1/s). k_max: age-key cap (≥ 1).
     mu_na: objective value of leaving a job unallocated. age_key: switch K on/off (off ⇒ K = 1).
+    restart_penalty_s: if set, the P_restart (s) the restart factor assumes for every job instead of each
+    job's own (the §V-A sensitivity sweep); the simulator's restore physics is unaffected.
     """
 
     p: float = 0.5
@@ -35,6 +37,7 @@ class UtilityParams:
     mu_na: float = 1.1
     age_key: bool = True
     restart_factor: RestartFactor = RestartFactor.DECOMPOSED
+    restart_penalty_s: float | None = None
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.p) or self.p < 0:
@@ -46,6 +49,12 @@ class UtilityParams:
             raise OakInputError(f"utility parameter alpha={self.alpha!r}: expected a finite number >= 0 (1/s)")
         if not math.isfinite(self.k_max) or self.k_max < 1:
             raise OakInputError(f"utility parameter k_max={self.k_max!r}: expected a finite number >= 1")
+        if self.restart_penalty_s is not None and not (
+            math.isfinite(self.restart_penalty_s) and self.restart_penalty_s >= 0
+        ):
+            raise OakInputError(
+                f"utility parameter restart_penalty_s={self.restart_penalty_s!r}: expected a number of seconds >= 0"
+            )
         if not math.isfinite(self.mu_na):
             raise OakInputError(f"utility parameter mu_na={self.mu_na!r}: expected a finite number")
 
@@ -88,10 +97,13 @@ def composite_utility(goodput: FloatArray, r: FloatArray, k: FloatArray, p: floa
 
 def utility_matrix(snap: RoundSnapshot, params: UtilityParams) -> FloatArray:
     """The (J, C) utility matrix of a snapshot; entries of invalid configurations are 0."""
+    penalty = (
+        snap.restart_penalty_s if params.restart_penalty_s is None else np.full(snap.num_jobs, params.restart_penalty_s)
+    )
     if params.restart_factor is RestartFactor.DECOMPOSED:
-        r = restart_factor_decomposed(snap.t_progress_s, snap.t_ckpt_s, snap.restart_penalty_s)
+        r = restart_factor_decomposed(snap.t_progress_s, snap.t_ckpt_s, penalty)
     elif params.restart_factor is RestartFactor.AGGREGATE:
-        r = restart_factor_aggregate(snap.age_s, snap.restarts, snap.restart_penalty_s)
+        r = restart_factor_aggregate(snap.age_s, snap.restarts, penalty)
     else:
         r = np.ones(snap.num_jobs)
     k = age_key(snap.t_queue_s, params.alpha, params.k_max) if params.age_key else np.ones(snap.num_jobs)

@@ -41,7 +41,7 @@ def run_one(spec: RunSpec) -> RunResult:
     if sim is None:
         sim = Simulator(load_workload(spec.workload), cluster_preset(spec.cluster), physics=spec.physics)
         _SIMULATORS[key] = sim
-    policy = make_policy(spec.policy, **dict(spec.policy_params))
+    policy = make_policy(spec.policy, **{"seed": spec.seed, **dict(spec.policy_params)})
     return sim.run(policy, spec.failure_rate, spec.seed)
 
 

@@ -1,0 +1,253 @@
+"""Hybrid OAK (paper §V-E): OAK's own objective optimised by NSGA-II instead of the exact MILP.
+
+    maximise  Σ_i U[i, x_i] + μ_na · #{i : x_i = −1},   x_i ∈ {−1, 0, …, C−1} (Sia's configurations)
+
+U is ``oak.scoring.utility_matrix(snap, params)`` — the very function ``oak`` scores with (one scoring
+function, two optimisers, paper §III-D), so its optimum equals the MILP's and every objective it reports
+is attainable by the MILP. Budget: population 20 × 20 generations = 400 evaluations per round.
+
+Repair (never an infeasible allocation): configurations out of range or not ``snap.valid`` become −1;
+then, per GPU type, jobs in order (least attained GPU-service, then oldest, then index) keep their
+configuration while capacity lasts, else fall back to the largest valid configuration of the same type
+that still fits (ties: higher U), else −1. Mutation: each gene with probability max(1/J, 0.1) is redrawn
+uniformly from the job's valid configurations and −1. Crossover: uniform over jobs (a departure from
+Pollux's single cut: with ≤ 12 genes a single cut rarely separates good partial assignments).
+Initial population: the current allocation (repaired), the previous round's final population re-indexed
+by job name (new jobs −1) filling up to three quarters, and random individuals (each gene uniform over
+its options) for the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from oak.model.snapshot import Allocation, BoolArray, FloatArray, IntArray, RoundSnapshot
+from oak.policies.nsga import GeneticOperators, GeneticState, check_ga_params, job_order, nsga2, policy_rng
+from oak.scoring import RestartFactor, UtilityParams, utility_matrix
+
+STATE_KIND = "hybrid-oak-config"
+#: Share of mutations that step to a neighbouring size of the same GPU type instead of redrawing.
+P_STEP = 0.3
+
+
+@dataclass(frozen=True, eq=False)
+class HybridProblem:
+    """One round's arrays; individuals are (P, J) configuration indices in snapshot job order.
+
+    value: (J, C+1) U with μ_na in the last column (x = −1). best_fit: (J, T, max capacity + 1) the
+    largest valid configuration of type t with at most f GPUs, or −1. options / n_options: (J, C+1) each
+    job's valid configurations followed by −1, padded, and how many there are.
+    """
+
+    order: IntArray
+    valid: BoolArray
+    gpus: IntArray
+    config_type: IntArray
+    capacity: IntArray
+    value: FloatArray
+    best_fit: IntArray
+    options: IntArray
+    n_options: IntArray
+    up: IntArray
+    down: IntArray
+
+    @classmethod
+    def from_snapshot(cls, snap: RoundSnapshot, utility: FloatArray, mu_na: float) -> HybridProblem:
+        j, c = snap.num_jobs, snap.num_configs
+        valid = np.asarray(snap.valid, dtype=bool)
+        gpus = np.asarray(snap.config_gpus, dtype=np.int64)
+        ctype = np.asarray(snap.config_type, dtype=np.int64)
+        capacity = np.asarray(snap.capacity, dtype=np.int64)
+        u = np.where(valid, np.asarray(utility, dtype=np.float64), 0.0)
+        value = np.concatenate([u, np.full((j, 1), float(mu_na))], axis=1)
+        # best_fit[i, t, f]: scan configurations by (GPUs, U) ascending; the last one that fits wins.
+        n_types = len(capacity)
+        best_fit = np.full((j, n_types, int(capacity.max(initial=0)) + 1), -1, dtype=np.int64)
+        free = np.arange(best_fit.shape[2])
+        for i in range(j):
+            for cfg in np.lexsort((u[i], gpus)):
+                if valid[i, cfg]:
+                    best_fit[i, ctype[cfg], free >= gpus[cfg]] = cfg
+        options = np.full((j, c + 1), -1, dtype=np.int64)
+        n_options = np.zeros(j, dtype=np.int64)
+        # up / down: the next valid configuration of the same type with more / fewer GPUs (column C: x = −1).
+        up = np.full((j, c + 1), -1, dtype=np.int64)
+        down = np.full((j, c + 1), -1, dtype=np.int64)
+        for i in range(j):
+            ok = np.flatnonzero(valid[i])
+            options[i, : len(ok)] = ok
+            n_options[i] = len(ok) + 1
+            for t in range(n_types):
+                same = ok[ctype[ok] == t]
+                same = same[np.lexsort((u[i, same], gpus[same]))]
+                up[i, same] = np.append(same[1:], same[-1:])
+                down[i, same] = np.append([-1], same[:-1])
+        return cls(
+            order=job_order(snap),
+            valid=valid,
+            gpus=gpus,
+            config_type=ctype,
+            capacity=capacity,
+            value=value,
+            best_fit=best_fit,
+            options=options,
+            n_options=n_options,
+            up=up,
+            down=down,
+        )
+
+    @property
+    def num_jobs(self) -> int:
+        return len(self.order)
+
+    def objective(self, x: IntArray) -> FloatArray:
+        """Σ_i U[i, x_i] + μ_na·#unallocated per individual."""
+        x = np.asarray(x)
+        col = np.where(x < 0, self.value.shape[1] - 1, x)
+        return np.asarray(self.value[np.arange(self.num_jobs)[None, :], col].sum(axis=1))
+
+    def evaluate(self, x: IntArray) -> FloatArray:
+        return -self.objective(x)
+
+    def repair(self, x: IntArray, rng: np.random.Generator) -> IntArray:
+        """Invalid → −1; per GPU type, jobs in order keep / shrink within the type / drop (module doc)."""
+        x = np.array(x, dtype=np.int64)
+        pop, j = x.shape
+        n_cfg = self.valid.shape[1]
+        x[(x < 0) | (x >= n_cfg)] = -1
+        ok = (x >= 0) & self.valid[np.arange(j)[None, :], np.maximum(x, 0)]
+        x[~ok] = -1
+        used = np.zeros((pop, len(self.capacity)), dtype=np.int64)
+        rows = np.arange(pop)
+        for i in self.order:
+            c = x[:, i]
+            has = c >= 0
+            cc = np.maximum(c, 0)
+            t = self.config_type[cc]
+            left = self.capacity[t] - used[rows, t]
+            new = np.where(self.gpus[cc] <= left, c, self.best_fit[i, t, np.maximum(left, 0)])
+            new = np.where(has, new, -1)
+            x[:, i] = new
+            nn = np.maximum(new, 0)
+            used[rows, self.config_type[nn]] += np.where(new >= 0, self.gpus[nn], 0)
+        return x
+
+    def random_individuals(self, n: int, rng: np.random.Generator) -> IntArray:
+        """Each gene uniform over the job's valid configurations and −1."""
+        pick = (rng.random((n, self.num_jobs)) * self.n_options[None, :]).astype(np.int64)
+        return np.asarray(self.options[np.arange(self.num_jobs)[None, :], pick])
+
+    def mutate(self, x: IntArray, rng: np.random.Generator) -> IntArray:
+        """Each gene with probability max(1/J, 0.1): a step to the next larger or smaller valid configuration
+        of its type (probability P_STEP; a step down from the smallest is −1), else a uniform redraw."""
+        x = np.asarray(x)
+        rate = max(1.0 / max(self.num_jobs, 1), 0.1)
+        u = rng.random((3, *x.shape))
+        jobs = np.arange(self.num_jobs)[None, :]
+        col = np.where(x < 0, self.valid.shape[1], x)
+        step = np.where(u[2] < 0.5, self.up[jobs, col], self.down[jobs, col])
+        redraw = self.random_individuals(len(x), rng)
+        new = np.where((u[1] < P_STEP) & (x >= 0), step, redraw)
+        return np.where(u[0] < rate, new, x)
+
+    def crossover(self, a: IntArray, b: IntArray, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
+        """Uniform crossover: each job's gene from either parent with probability 1/2."""
+        swap = rng.random(a.shape) < 0.5
+        return np.where(swap, b, a), np.where(swap, a, b)
+
+    def operators(self) -> GeneticOperators:
+        return GeneticOperators(
+            evaluate=self.evaluate, crossover=self.crossover, mutate=self.mutate, repair=self.repair
+        )
+
+
+@dataclass(frozen=True)
+class HybridOakPolicy:
+    """OAK's composite utility optimised by NSGA-II (population 20 × 20 generations by default).
+
+    ``engine``: "numpy" (default) or "pymoo" (see ``oak.policies.nsga``).
+    """
+
+    params: UtilityParams = UtilityParams()
+    population: int = 20
+    generations: int = 20
+    seed: int = 0
+    engine: str = "numpy"
+    name: str = "hybrid-oak"
+
+    def __post_init__(self) -> None:
+        check_ga_params(self.name, self.population, self.generations, self.seed, self.engine)
+
+    @classmethod
+    def with_params(
+        cls,
+        name: str = "hybrid-oak",
+        population: int = 20,
+        generations: int = 20,
+        seed: int = 0,
+        engine: str = "numpy",
+        **utility_kwargs: Any,
+    ) -> HybridOakPolicy:
+        """Like ``OakPolicy.with_params``: utility keywords p, alpha, k_max, mu_na, age_key, restart_factor."""
+        names = {f.name for f in fields(UtilityParams)}
+        unknown = set(utility_kwargs) - names
+        if unknown:
+            raise TypeError(f"unknown Hybrid OAK parameters: {sorted(unknown)}")
+        if "restart_factor" in utility_kwargs:
+            utility_kwargs["restart_factor"] = RestartFactor(utility_kwargs["restart_factor"])
+        return cls(
+            params=UtilityParams(**utility_kwargs),
+            population=population,
+            generations=generations,
+            seed=seed,
+            engine=engine,
+            name=name,
+        )
+
+    def problem(self, snap: RoundSnapshot) -> HybridProblem:
+        return HybridProblem.from_snapshot(snap, utility_matrix(snap, self.params), self.params.mu_na)
+
+    def initial_population(self, snap: RoundSnapshot, prob: HybridProblem, rng: np.random.Generator) -> IntArray:
+        """Current allocation, then the previous population (≤ 3/4 of the slots), then random individuals."""
+        parts = [np.asarray(snap.current, dtype=np.int64)[None, :]]
+        room = self.population - 1
+        if isinstance(snap.policy_state, GeneticState) and room > 0:
+            prev = snap.policy_state.reindex(STATE_KIND, snap.job_names, (), -1)
+            if prev is not None:
+                prev = prev[: min(room, max(1, (3 * self.population) // 4))]
+                parts.append(prev)
+                room -= len(prev)
+        if room > 0:
+            parts.append(prob.random_individuals(room, rng))
+        return np.concatenate(parts)
+
+    def decide(self, snap: RoundSnapshot) -> Allocation:
+        start = time.perf_counter()
+        j = snap.num_jobs
+        if j == 0:
+            return Allocation(config=np.zeros(0, np.int64), objective=0.0, method="nsga2")
+        rng = policy_rng(self.seed, snap)
+        prob = self.problem(snap)
+        init = self.initial_population(snap, prob, rng)
+        res = nsga2(
+            init,
+            prob.operators(),
+            population=self.population,
+            generations=self.generations,
+            rng=rng,
+            engine=self.engine,
+            eliminate_duplicates=True,
+        )
+        final = res.population.copy()
+        final.setflags(write=False)
+        return Allocation(
+            config=res.population[0].copy(),
+            objective=float(-res.objective[0]),
+            method="nsga2",
+            info={"solve_ms": (time.perf_counter() - start) * 1e3, "evaluations": float(res.evaluations)},
+            state=GeneticState(kind=STATE_KIND, job_names=tuple(snap.job_names), population=final),
+        )

@@ -336,3 +336,4 @@ def main() -> None:
 
 
 from oak.cli import bench as _bench  # noqa: E402,F401  (registers the bench commands)
+from oak.cli import reproduce as _reproduce  # noqa: E402,F401  (registers the reproduce command)

@@ -1,0 +1,148 @@
+"""Results store: one Parquet table of runs and one of jobs, each row keyed by a hash of the run's full
+configuration (policy and its parameters, workload, cluster, physics, failure rate, seed, code version).
+
+Re-running skips stored keys, so an interrupted sweep resumes where it stopped. Both tables are rewritten
+atomically (temporary file, fsync, rename) at every flush: a crash loses at most the runs since the last one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from oak.sim.compare import RunSpec
+from oak.sim.metrics import RunResult
+
+RUN_FILE = "runs.parquet"
+JOB_FILE = "jobs.parquet"
+
+
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    """A digest of everything a simulated result depends on: the package's Python sources, the catalog and
+    the embedded workloads. Any change to them gives new keys (old results are kept, not reused)."""
+    h = hashlib.sha256()
+    root = resources.files("oak")
+    paths = []
+
+    def walk(node: Any, prefix: str) -> None:
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            name = f"{prefix}/{child.name}"
+            if child.is_dir():
+                if child.name not in ("__pycache__", "cli", "reproduce"):
+                    walk(child, name)
+            elif child.name.endswith((".py", ".json", ".csv")):
+                paths.append((name, child))
+
+    walk(root, "oak")
+    for name, child in paths:
+        h.update(name.encode())
+        h.update(child.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def spec_dict(spec: RunSpec) -> dict[str, Any]:
+    """The run's configuration as plain JSON-able data."""
+    return {
+        "policy": spec.policy,
+        "workload": spec.workload,
+        "failure_rate": spec.failure_rate,
+        "seed": spec.seed,
+        "cluster": spec.cluster,
+        "physics": dataclasses.asdict(spec.physics),
+        "policy_params": {k: v for k, v in spec.policy_params},
+    }
+
+
+def spec_key(spec: RunSpec) -> str:
+    """SHA-256 (first 24 hex digits) of the canonical JSON of the spec and the code version."""
+    doc = {"spec": spec_dict(spec), "code": code_version()}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+class ResultsStore:
+    """Runs and jobs tables under ``root``; ``add`` buffers, ``flush`` writes atomically."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._runs = self._read(RUN_FILE)
+        self._jobs = self._read(JOB_FILE)
+        self._pending_runs: list[dict[str, Any]] = []
+        self._pending_jobs: list[dict[str, Any]] = []
+        self._keys = set(self._runs["key"]) if "key" in self._runs else set()
+
+    def _read(self, name: str) -> pd.DataFrame:
+        path = self.root / name
+        if not path.exists():
+            return pd.DataFrame()
+        return pd.read_parquet(path)
+
+    def has(self, key: str) -> bool:
+        return key in self._keys
+
+    def missing(self, specs: Iterable[RunSpec]) -> list[RunSpec]:
+        """Specs whose results are not stored yet (each once, in order)."""
+        out, seen = [], set()
+        for s in specs:
+            k = spec_key(s)
+            if k not in self._keys and k not in seen:
+                seen.add(k)
+                out.append(s)
+        return out
+
+    def add(self, spec: RunSpec, result: RunResult) -> None:
+        key = spec_key(spec)
+        if key in self._keys:
+            return
+        self._keys.add(key)
+        row = {"key": key, "code_version": code_version(), "cluster": spec.cluster}
+        row.update(result.summary())
+        row["physics"] = json.dumps(dataclasses.asdict(spec.physics), sort_keys=True)
+        row["policy_params"] = json.dumps({k: v for k, v in spec.policy_params}, sort_keys=True, default=str)
+        row["decision_ms"] = json.dumps(list(result.decision_ms)) if len(result.decision_ms) <= 20000 else "[]"
+        self._pending_runs.append(row)
+        for j in result.jobs:
+            job = {"key": key, **j.to_json(), "submit_s": j.submit_s}
+            self._pending_jobs.append(job)
+
+    def flush(self) -> None:
+        if not self._pending_runs:
+            return
+        self._runs = pd.concat([self._runs, pd.DataFrame(self._pending_runs)], ignore_index=True)
+        self._jobs = pd.concat([self._jobs, pd.DataFrame(self._pending_jobs)], ignore_index=True)
+        self._pending_runs.clear()
+        self._pending_jobs.clear()
+        _write_parquet(self._runs, self.root / RUN_FILE)
+        _write_parquet(self._jobs, self.root / JOB_FILE)
+
+    def runs(self, specs: Iterable[RunSpec] | None = None) -> pd.DataFrame:
+        """Stored runs (those of ``specs`` if given), with the spec's key."""
+        self.flush()
+        if specs is None or self._runs.empty:
+            return self._runs.copy()
+        keys = [spec_key(s) for s in specs]
+        return self._runs[self._runs["key"].isin(keys)].copy()
+
+    def jobs(self, keys: Iterable[str]) -> pd.DataFrame:
+        self.flush()
+        if self._jobs.empty:
+            return self._jobs.copy()
+        return self._jobs[self._jobs["key"].isin(list(keys))].copy()
+
+
+def _write_parquet(df: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_parquet(tmp, index=False)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

@@ -72,6 +72,9 @@ def test_workloads_list_and_show() -> None:
         (("compare", "--failure-rates", "0,x"), "'x' is not a number"),
         (("compare", "--seeds", "0"), "--seeds"),
         (("simulate", "--cluster", "huge"), "cluster preset"),
+        (("simulate", "--policy", "sia", "--alpha", "0.1"), "--alpha applies only to the policies"),
+        (("simulate", "--policy", "pollux", "--population", "1"), "population=1"),
+        (("compare", "--policies", "oak,sia", "--generations", "5"), "--generations applies only"),
     ],
 )
 def test_bad_input_exits_2_without_traceback(args: tuple[str, ...], message: str) -> None:

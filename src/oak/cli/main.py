@@ -71,14 +71,27 @@ def _physics(
     )
 
 
-def _policy_params(
-    p: float | None, alpha: float | None, k_max: float | None, mu_na: float | None, solver: str
-) -> tuple[tuple[str, Any], ...]:
-    params: dict[str, Any] = {"solver": solver}
-    for key, val in (("p", p), ("alpha", alpha), ("k_max", k_max), ("mu_na", mu_na)):
-        if val is not None:
-            params[key] = val
-    return tuple(sorted(params.items()))
+OAK_FAMILY = ("oak", "goodput", "oak-no-age", "oak-no-restart", "oak-aggregate", "hybrid-oak")
+GA_POLICIES = ("pollux", "hybrid-oak")
+
+
+def _policy_params(policies: list[str], solver: str, **given: Any) -> dict[str, tuple[tuple[str, Any], ...]]:
+    """Per policy, the parameters the command line sets for it. OAK's utility parameters (p, alpha, k_max,
+    mu_na) apply to the OAK family, population/generations to the NSGA-II policies; a parameter that applies
+    to none of the chosen policies is an error rather than silently ignored."""
+    scope = {"p": OAK_FAMILY, "alpha": OAK_FAMILY, "k_max": OAK_FAMILY, "mu_na": OAK_FAMILY}
+    scope.update({"population": GA_POLICIES, "generations": GA_POLICIES})
+    out: dict[str, tuple[tuple[str, Any], ...]] = {}
+    for key, val in given.items():
+        if val is not None and not any(pol in scope[key] for pol in policies):
+            raise OakInputError(
+                f"--{key.replace('_', '-')} applies only to the policies {', '.join(scope[key])}; got {', '.join(policies)}"
+            )
+    for pol in policies:
+        params: dict[str, Any] = {"solver": solver}
+        params.update({k: v for k, v in given.items() if v is not None and pol in scope[k]})
+        out[pol] = tuple(sorted(params.items()))
+    return out
 
 
 RestoreOpt = Annotated[
@@ -100,6 +113,12 @@ HorizonOpt = Annotated[
 SolverOpt = Annotated[str, typer.Option(help="Round solver: auto (exact DP or HiGHS), dp, highs, cvxpy.")]
 ClusterOpt = Annotated[str, typer.Option(help="Cluster preset.")]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the runs as JSON to this path.")]
+PopulationOpt = Annotated[
+    int | None, typer.Option(help="NSGA-II population of pollux (default 100) and hybrid-oak (default 20).")
+]
+GenerationsOpt = Annotated[
+    int | None, typer.Option(help="NSGA-II generations of pollux (default 100) and hybrid-oak (default 20).")
+]
 
 
 @app.command()
@@ -113,6 +132,8 @@ def simulate(
     alpha: Annotated[float | None, typer.Option(help="OAK age-key sensitivity α (1/s).")] = None,
     k_max: Annotated[float | None, typer.Option(help="OAK age-key cap K_max (>= 1).")] = None,
     mu_na: Annotated[float | None, typer.Option(help="Objective value of an unallocated job μ_na.")] = None,
+    population: PopulationOpt = None,
+    generations: GenerationsOpt = None,
     solver: SolverOpt = "auto",
     restore_cost: RestoreOpt = "per-app",
     failure_scope: ScopeOpt = "job",
@@ -130,9 +151,10 @@ def simulate(
     physics = _physics(
         restore_cost, failure_scope, lost_work, checkpoint_interval, queue_clock, arrival_jitter, horizon
     )
-    spec = RunSpec(
-        policy, workload, failure_rate, seed, cluster, physics, _policy_params(p, alpha, k_max, mu_na, solver)
+    params = _policy_params(
+        [policy], solver, p=p, alpha=alpha, k_max=k_max, mu_na=mu_na, population=population, generations=generations
     )
+    spec = RunSpec(policy, workload, failure_rate, seed, cluster, physics, params[policy])
     _check_spec(spec)
     result = run_one(spec)
     table = Table(title=f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}")
@@ -181,8 +203,6 @@ def _check_spec(spec: Any) -> None:
     params = dict(spec.policy_params)
     if params.get("solver") not in SOLVER_METHODS:
         raise OakInputError(f"--solver {params.get('solver')!r}: expected one of {', '.join(SOLVER_METHODS)}")
-    if spec.policy == "sia":
-        params = {k: v for k, v in params.items() if k == "solver"}
     make_policy(spec.policy, **params)
     cluster_preset(spec.cluster)
     from oak.catalog import Catalog
@@ -200,6 +220,8 @@ def compare(
     seeds: Annotated[int, typer.Option(help="Seeds per cell (0..N-1), paired across policies.")] = 5,
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: CPU count).")] = None,
     cluster: ClusterOpt = "paper-12",
+    population: PopulationOpt = None,
+    generations: GenerationsOpt = None,
     solver: SolverOpt = "auto",
     restore_cost: RestoreOpt = "per-app",
     failure_scope: ScopeOpt = "job",
@@ -227,8 +249,9 @@ def compare(
         _fail(f"--seeds {seeds}: expected a positive integer")
     if workers is not None and workers < 1:
         _fail(f"--workers {workers}: expected a positive integer")
+    params = _policy_params(names, solver, population=population, generations=generations)
     specs = [
-        RunSpec(pol, workload, lam, seed, cluster, physics, (("solver", solver),))
+        RunSpec(pol, workload, lam, seed, cluster, physics, params[pol])
         for lam in lams
         for pol in names
         for seed in range(seeds)

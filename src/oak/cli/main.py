@@ -79,7 +79,7 @@ def _policy_params(policies: list[str], solver: str, **given: Any) -> dict[str, 
     """Per policy, the parameters the command line sets for it. OAK's utility parameters (p, alpha, k_max,
     mu_na) apply to the OAK family, population/generations to the NSGA-II policies; a parameter that applies
     to none of the chosen policies is an error rather than silently ignored."""
-    scope = {"p": OAK_FAMILY, "alpha": OAK_FAMILY, "k_max": OAK_FAMILY, "mu_na": OAK_FAMILY}
+    scope: dict[str, tuple[str, ...]] = {"p": OAK_FAMILY, "alpha": OAK_FAMILY, "k_max": OAK_FAMILY, "mu_na": OAK_FAMILY}
     scope.update({"population": GA_POLICIES, "generations": GA_POLICIES})
     out: dict[str, tuple[tuple[str, Any], ...]] = {}
     for key, val in given.items():

@@ -220,6 +220,10 @@ def compare(
     seeds: Annotated[int, typer.Option(help="Seeds per cell (0..N-1), paired across policies.")] = 5,
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: CPU count).")] = None,
     cluster: ClusterOpt = "paper-12",
+    p: Annotated[float | None, typer.Option(help="OAK-family fairness exponent p (>= 0).")] = None,
+    alpha: Annotated[float | None, typer.Option(help="OAK-family age-key sensitivity α (1/s).")] = None,
+    k_max: Annotated[float | None, typer.Option(help="OAK-family age-key cap K_max (>= 1).")] = None,
+    mu_na: Annotated[float | None, typer.Option(help="OAK-family objective value of an unallocated job.")] = None,
     population: PopulationOpt = None,
     generations: GenerationsOpt = None,
     solver: SolverOpt = "auto",
@@ -249,7 +253,9 @@ def compare(
         _fail(f"--seeds {seeds}: expected a positive integer")
     if workers is not None and workers < 1:
         _fail(f"--workers {workers}: expected a positive integer")
-    params = _policy_params(names, solver, population=population, generations=generations)
+    params = _policy_params(
+        names, solver, p=p, alpha=alpha, k_max=k_max, mu_na=mu_na, population=population, generations=generations
+    )
     specs = [
         RunSpec(pol, workload, lam, seed, cluster, physics, params[pol])
         for lam in lams

@@ -34,6 +34,19 @@ console = Console() if sys.stdout.isatty() else Console(width=160)
 err_console = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
 
 
+def progress_bar() -> Progress:
+    """A progress bar on stderr: description, bar, done/total, elapsed time and ETA."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    return Progress(*columns, console=err_console)
+
+
 def _fail(message: str) -> None:
     err_console.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(code=2)
@@ -264,15 +277,7 @@ def compare(
     ]
     for s in {(s.policy, s.failure_rate): s for s in specs}.values():
         _check_spec(s)
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=err_console, transient=False) as bar:
+    with progress_bar() as bar:
         task = bar.add_task(f"simulating {len(specs)} runs", total=len(specs))
         results = run_many(specs, workers=workers, progress=lambda _r: bar.advance(task))
     rows = summarise(results)

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from oak.cli.main import _fail, app, console, err_console
+from oak.cli.main import _fail, app, console, progress_bar
 
 
 @app.command()
@@ -55,15 +54,7 @@ def reproduce(
         f"running {len(todo)} on the {backend} backend"
     )
     start = time.perf_counter()
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=err_console) as bar:
+    with progress_bar() as bar:
         task = bar.add_task("simulating", total=len(todo))
         execute(specs, store, backend, workers, address, progress=lambda _s, _r: bar.advance(task))
     wall = time.perf_counter() - start

@@ -20,14 +20,14 @@ its options) for the rest.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from oak.model.snapshot import Allocation, BoolArray, FloatArray, IntArray, RoundSnapshot
 from oak.policies.nsga import GeneticOperators, GeneticState, check_ga_params, job_order, nsga2, policy_rng
-from oak.scoring import RestartFactor, UtilityParams, utility_matrix
+from oak.scoring import UtilityParams, utility_matrix, utility_params
 
 STATE_KIND = "hybrid-oak-config"
 #: Share of mutations that step to a neighbouring size of the same GPU type instead of redrawing.
@@ -193,14 +193,8 @@ class HybridOakPolicy:
         **utility_kwargs: Any,
     ) -> HybridOakPolicy:
         """Like ``OakPolicy.with_params``: utility keywords p, alpha, k_max, mu_na, age_key, restart_factor."""
-        names = {f.name for f in fields(UtilityParams)}
-        unknown = set(utility_kwargs) - names
-        if unknown:
-            raise TypeError(f"unknown Hybrid OAK parameters: {sorted(unknown)}")
-        if "restart_factor" in utility_kwargs:
-            utility_kwargs["restart_factor"] = RestartFactor(utility_kwargs["restart_factor"])
         return cls(
-            params=UtilityParams(**utility_kwargs),
+            params=utility_params("Hybrid OAK", **utility_kwargs),
             population=population,
             generations=generations,
             seed=seed,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from oak.model.snapshot import Allocation, RoundSnapshot
-from oak.scoring import RestartFactor, UtilityParams, utility_matrix
+from oak.scoring import UtilityParams, utility_matrix, utility_params
 from oak.solve import AssignmentProblem, solve_assignment
 
 
@@ -23,13 +23,7 @@ class OakPolicy:
 
     @classmethod
     def with_params(cls, name: str = "oak", solver: str = "auto", **kwargs: Any) -> OakPolicy:
-        names = {f.name for f in fields(UtilityParams)}
-        unknown = set(kwargs) - names
-        if unknown:
-            raise TypeError(f"unknown OAK parameters: {sorted(unknown)}")
-        if "restart_factor" in kwargs:
-            kwargs["restart_factor"] = RestartFactor(kwargs["restart_factor"])
-        return cls(params=UtilityParams(**kwargs), solver=solver, name=name)
+        return cls(params=utility_params("OAK", **kwargs), solver=solver, name=name)
 
     def decide(self, snap: RoundSnapshot) -> Allocation:
         u = utility_matrix(snap, self.params)

@@ -8,6 +8,7 @@ from oak.scoring.utility import (
     restart_factor_aggregate,
     restart_factor_decomposed,
     utility_matrix,
+    utility_params,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "restart_factor_aggregate",
     "restart_factor_decomposed",
     "utility_matrix",
+    "utility_params",
 ]

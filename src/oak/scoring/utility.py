@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +58,17 @@ class UtilityParams:
             )
         if not math.isfinite(self.mu_na):
             raise OakInputError(f"utility parameter mu_na={self.mu_na!r}: expected a finite number")
+
+
+def utility_params(owner: str, **kwargs: Any) -> UtilityParams:
+    """UtilityParams from keywords (``restart_factor`` may be given by name); unknown keywords are an error
+    naming ``owner`` (the policy they were meant for)."""
+    unknown = set(kwargs) - {f.name for f in fields(UtilityParams)}
+    if unknown:
+        raise TypeError(f"unknown {owner} parameters: {sorted(unknown)}")
+    if "restart_factor" in kwargs:
+        kwargs["restart_factor"] = RestartFactor(kwargs["restart_factor"])
+    return UtilityParams(**kwargs)
 
 
 def restart_factor_decomposed(

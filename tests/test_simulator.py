@@ -123,3 +123,26 @@ def test_infeasible_bounds_rejected() -> None:
 def test_failure_rate_validated(small_sim: Simulator) -> None:
     with pytest.raises(OakInputError, match="failure rate"):
         small_sim.run(make_policy("oak"), failure_rate=1.5)
+
+
+def test_restoring_job_loses_no_work_at_a_failure() -> None:
+    """Every (re)start begins from a checkpoint, so a job that fails while restoring has made no progress
+    since its last checkpoint and must lose none (lost-work physics)."""
+    sim = Simulator(load_workload("small"), physics=PhysicsOptions(lost_work="since-checkpoint"))
+    prev: dict[str, tuple[bool, float, int]] = {}
+    violations: list[str] = []
+
+    def check(snap: Any, _alloc: Any, _placed: Any) -> None:
+        for name, restoring, tp, f in zip(
+            snap.job_names, snap.restoring, snap.t_progress_s, snap.failures, strict=True
+        ):
+            if name in prev:
+                was_restoring, was_tp, was_f = prev[name]
+                if was_restoring and f > was_f and tp < was_tp - 1e-9:
+                    violations.append(f"{name} at {snap.time_s}")
+            prev[name] = (bool(restoring), float(tp), int(f))
+
+    for seed in range(6):
+        prev.clear()
+        sim.run(make_policy("oak"), failure_rate=0.2, seed=seed, on_round=check)
+    assert not violations, violations[:5]

@@ -443,6 +443,7 @@ class Simulator:
                 st.config[i] = self.shape_config[new]
                 st.gpus[i] = placed[pos]
                 st.restore_left[i] = self.restore_delay[i]
+                st.ckpt_tprog[i] = st.t_progress[i]  # a move checkpoints first: the restart resumes from here
                 if self.physics.queue_clock == "since-last-run":
                     st.t_queue[i] = 0.0
 

@@ -368,9 +368,10 @@ class Simulator:
             for pos, ch in enumerate(rows):
                 node_goodput[pos, self.shape_type, self.shape_nodes, self.shape_replicas] = ch.goodput
         held = np.zeros((len(active), len(self.cluster.nodes)), dtype=np.int64)
-        for pos, i in enumerate(active):
-            if st.gpus[i]:
-                np.add.at(held[pos], self.gpu_node[list(st.gpus[i])], 1)
+        owners = [pos for pos, i in enumerate(active) for _ in st.gpus[i]]
+        if owners:  # one scatter for all jobs' GPUs: GPUs held per (job, node)
+            gpu_ids = [g for i in active for g in st.gpus[i]]
+            np.add.at(held, (np.array(owners), self.gpu_node[gpu_ids]), 1)
         return RoundSnapshot(
             time_s=t,
             configs=self.configs,

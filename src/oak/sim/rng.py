@@ -40,3 +40,15 @@ def uniforms(seed: int, stream: int, keys: npt.ArrayLike, counter: int) -> npt.N
         z = _mix(z ^ (np.uint64(counter & 0xFFFFFFFFFFFFFFFF) * _GOLDEN))
         z = _mix(z ^ (k * _M1 + _GOLDEN))
     return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def uniforms_block(seed: int, stream: int, keys: npt.ArrayLike, first: int, count: int) -> npt.NDArray[np.float64]:
+    """(count, len(keys)) uniforms for counters first … first + count − 1; row c equals
+    ``uniforms(seed, stream, keys, first + c)`` bit for bit (the same element-wise mix, broadcast)."""
+    k = np.asarray(keys, dtype=np.uint64)
+    counters = (np.arange(count, dtype=np.int64) + int(first)).astype(np.uint64)[:, None]
+    with np.errstate(over="ignore"):
+        z = _mix(np.asarray(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _GOLDEN + np.uint64(stream)))
+        z = _mix(z ^ (counters * _GOLDEN))
+        z = _mix(z ^ (k * _M1 + _GOLDEN)[None, :])
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)

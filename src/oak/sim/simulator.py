@@ -28,6 +28,7 @@ from oak.policies.base import Policy
 from oak.sim import rng
 from oak.sim.metrics import JobResult, RunResult
 from oak.sim.physics import PhysicsOptions
+from oak.sim.tables import JobTables
 from oak.workloads import Workload
 
 RoundObserver = Callable[[RoundSnapshot, Allocation, list[GpuSet]], None]
@@ -37,11 +38,14 @@ MAX_NODES_PER_JOB = 16
 MAX_REPLICAS_PER_JOB = 64
 
 _EPS = 1e-9
+#: Grid intervals whose failure uniforms are drawn in one vectorised block.
+_RNG_BLOCK = 64
 
 
 @dataclass
-class _JobsState:
-    """Mutable per-run state of every job in the workload (arrays of length N)."""
+class JobsState:
+    """Mutable per-run state of every job in the workload (arrays of length N; seconds, GPUs, progress in
+    base-batch iterations). The real runtime fills the same state from measurements to build its snapshots."""
 
     submit: np.ndarray
     arrived: np.ndarray
@@ -64,6 +68,34 @@ class _JobsState:
     ckpt_tprog: np.ndarray
     gpus: list[GpuSet]
     policy_state: object = None
+
+    @classmethod
+    def initial(cls, submit: np.ndarray) -> JobsState:
+        """Every job not yet arrived, never run; ``submit``: submission times (s)."""
+        n = len(submit)
+        z = np.zeros(n)
+        return cls(
+            submit=np.asarray(submit, dtype=np.float64),
+            arrived=np.zeros(n, bool),
+            done=np.zeros(n, bool),
+            finish=np.full(n, np.nan),
+            progress=z.copy(),
+            epoch=np.zeros(n, np.int64),
+            config=np.full(n, -1, np.int64),
+            shape=np.full(n, -1, np.int64),
+            restore_left=z.copy(),
+            rate=z.copy(),
+            t_progress=z.copy(),
+            t_ckpt=z.copy(),
+            t_queue=z.copy(),
+            restarts=np.zeros(n, np.int64),
+            failures=np.zeros(n, np.int64),
+            started=np.zeros(n, bool),
+            gpu_s=z.copy(),
+            gpu_lost=z.copy(),
+            ckpt_tprog=z.copy(),
+            gpus=[() for _ in range(n)],
+        )
 
 
 class Simulator:
@@ -98,6 +130,9 @@ class Simulator:
         if self.n == 0:
             raise OakInputError(f"workload {workload.name!r}: no jobs")
         self.apps = [self.catalog.app(j.application) for j in jobs]
+        self.tables = JobTables(self.table, self.apps)
+        self.names = np.array([j.name for j in jobs], dtype=object)
+        self.app_names = np.array([j.application for j in jobs], dtype=object)
         self.keys = np.array([rng.job_key(j.name) for j in jobs], dtype=np.uint64)
         self.penalty = np.array(
             [
@@ -168,34 +203,14 @@ class Simulator:
         base_submit = np.array([j.submit_time_s for j in self.workload.jobs], dtype=np.float64)
         if ph.arrival_jitter_s > 0:
             base_submit = base_submit + ph.arrival_jitter_s * rng.uniforms(seed, rng.STREAM_ARRIVAL, self.keys, 0)
-        z = np.zeros(n)
-        st = _JobsState(
-            submit=base_submit,
-            arrived=np.zeros(n, bool),
-            done=np.zeros(n, bool),
-            finish=np.full(n, np.nan),
-            progress=z.copy(),
-            epoch=np.zeros(n, np.int64),
-            config=np.full(n, -1, np.int64),
-            shape=np.full(n, -1, np.int64),
-            restore_left=z.copy(),
-            rate=z.copy(),
-            t_progress=z.copy(),
-            t_ckpt=z.copy(),
-            t_queue=z.copy(),
-            restarts=np.zeros(n, np.int64),
-            failures=np.zeros(n, np.int64),
-            started=np.zeros(n, bool),
-            gpu_s=z.copy(),
-            gpu_lost=z.copy(),
-            ckpt_tprog=z.copy(),
-            gpus=[() for _ in range(n)],
-        )
+        st = JobsState.initial(base_submit)
         round_s = ph.round_s
         t = float(st.submit.min())
         interval = -1
         fail_time = np.full(n, np.inf)
         fail_u = np.ones(n)
+        block_start = -(2**62)
+        u_block = v_block = np.ones((0, n))
         decision_ms: list[float] = []
         decide = True
         st.arrived |= st.submit <= t + _EPS
@@ -203,9 +218,12 @@ class Simulator:
             k = math.floor(t / round_s + _EPS)
             if k != interval:
                 interval = k
-                fail_u = rng.uniforms(seed, rng.STREAM_FAILURE, self.keys, k)
-                v = rng.uniforms(seed, rng.STREAM_FAILURE_OFFSET, self.keys, k)
-                fail_time = (k + v) * round_s
+                if not block_start <= k < block_start + _RNG_BLOCK:
+                    block_start = k
+                    u_block = rng.uniforms_block(seed, rng.STREAM_FAILURE, self.keys, k, _RNG_BLOCK)
+                    v_block = rng.uniforms_block(seed, rng.STREAM_FAILURE_OFFSET, self.keys, k, _RNG_BLOCK)
+                fail_u = u_block[k - block_start]
+                fail_time = (k + v_block[k - block_start]) * round_s
             if decide:
                 active = np.flatnonzero(st.arrived & ~st.done)
                 if len(active):
@@ -294,15 +312,15 @@ class Simulator:
         )
 
     # ------------------------------------------------------------ helpers
-    def _gpu_count(self, st: _JobsState) -> np.ndarray:
+    def _gpu_count(self, st: JobsState) -> np.ndarray:
         return np.where(st.shape >= 0, self.shape_replicas[np.maximum(st.shape, 0)], 0)
 
-    def _fail_prob(self, st: _JobsState, lam: float) -> np.ndarray | float:
+    def _fail_prob(self, st: JobsState, lam: float) -> np.ndarray | float:
         if self.physics.failure_scope == "job":
             return lam
         return 1.0 - (1.0 - lam) ** self._gpu_count(st)
 
-    def _advance(self, st: _JobsState, dt: float) -> None:
+    def _advance(self, st: JobsState, dt: float) -> None:
         if dt <= 0:
             return
         alloc = st.shape >= 0
@@ -318,16 +336,16 @@ class Simulator:
         st.gpu_s += g * dt
         st.gpu_lost[restoring] += g[restoring] * dt
 
-    def _update_rates(self, st: _JobsState) -> None:
+    def _update_rates(self, st: JobsState) -> None:
         st.rate[:] = 0.0
-        for i in np.flatnonzero((st.shape >= 0) & (st.restore_left <= 0)):
-            app = self.apps[i]
-            e = app.epoch_of(float(st.progress[i]))
-            st.epoch[i] = e
-            ch = self.table.choices(app.name, e)
-            st.rate[i] = ch.progress_rate[st.shape[i]] / self.calibration[i]
+        idx = np.flatnonzero((st.shape >= 0) & (st.restore_left <= 0))
+        if len(idx):
+            e = self.tables.epochs(idx, st.progress[idx])
+            st.epoch[idx] = e
+            rows = self.tables.rows(idx, e)
+            st.rate[idx] = self.tables.rate[rows, st.shape[idx]] / self.calibration[idx]
 
-    def _fail(self, st: _JobsState, idx: np.ndarray) -> None:
+    def _fail(self, st: JobsState, idx: np.ndarray) -> None:
         ph = self.physics
         for i in idx:
             if ph.lost_work == "since-checkpoint":
@@ -345,28 +363,25 @@ class Simulator:
             st.restore_left[i] = self.restore_delay[i]
             st.rate[i] = 0.0
 
-    def _snapshot(
-        self, st: _JobsState, t: float, active: np.ndarray, needs_node_goodput: bool = False
+    def snapshot(
+        self, st: JobsState, t: float, active: np.ndarray, needs_node_goodput: bool = False
     ) -> RoundSnapshot:
         """The policy's view of the active jobs at time t."""
-        rows = []
-        for i in active:
-            app = self.apps[i]
-            e = app.epoch_of(float(st.progress[i]))
-            st.epoch[i] = e
-            rows.append(self.table.choices(app.name, e))
-        raw = np.vstack([ch.goodput[self.config_shape] for ch in rows])
+        e = self.tables.epochs(active, st.progress[active])
+        st.epoch[active] = e
+        rows = self.tables.rows(active, e)
+        shape_goodput = self.tables.goodput[rows]  # (J, S) raw goodput on every shape
+        raw = shape_goodput[:, self.config_shape]
         valid = self.bounds[active] & (raw > 0)
         row_min = np.where(valid, raw, np.inf).min(axis=1)
         good = np.where(valid, raw / np.where(np.isfinite(row_min), row_min, 1.0)[:, None], 0.0)
-        rate = np.vstack([ch.progress_rate[self.config_shape] for ch in rows]) / self.calibration[active, None]
+        rate = self.tables.rate[rows][:, self.config_shape] / self.calibration[active, None]
         node_goodput = None
         if needs_node_goodput:
             node_goodput = np.zeros(
                 (len(active), len(self.capacity), int(self.shape_nodes.max()) + 1, int(self.shape_replicas.max()) + 1)
             )
-            for pos, ch in enumerate(rows):
-                node_goodput[pos, self.shape_type, self.shape_nodes, self.shape_replicas] = ch.goodput
+            node_goodput[:, self.shape_type, self.shape_nodes, self.shape_replicas] = shape_goodput
         held = np.zeros((len(active), len(self.cluster.nodes)), dtype=np.int64)
         owners = [pos for pos, i in enumerate(active) for _ in st.gpus[i]]
         if owners:  # one scatter for all jobs' GPUs: GPUs held per (job, node)
@@ -379,8 +394,8 @@ class Simulator:
             config_type=self.config_type,
             config_gpus=self.config_gpus,
             capacity=self.capacity,
-            job_names=tuple(self.workload.jobs[i].name for i in active),
-            applications=tuple(self.workload.jobs[i].application for i in active),
+            job_names=tuple(self.names[active].tolist()),
+            applications=tuple(self.app_names[active].tolist()),
             goodput=frozen_array(good, np.float64),
             valid=frozen_array(valid, bool),
             t_progress_s=frozen_array(st.t_progress[active], np.float64),
@@ -408,14 +423,14 @@ class Simulator:
 
     def _decide(
         self,
-        st: _JobsState,
+        st: JobsState,
         t: float,
         active: np.ndarray,
         policy: Policy,
         decision_ms: list[float],
         on_round: RoundObserver | None,
     ) -> None:
-        snap = self._snapshot(st, t, active, bool(getattr(policy, "needs_node_goodput", False)))
+        snap = self.snapshot(st, t, active, bool(getattr(policy, "needs_node_goodput", False)))
         start = time.perf_counter()
         alloc = policy.decide(snap)
         decision_ms.append((time.perf_counter() - start) * 1e3)
@@ -449,7 +464,7 @@ class Simulator:
                     st.t_queue[i] = 0.0
 
     def _apply_configs(
-        self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: _JobsState
+        self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: JobsState
     ) -> tuple[np.ndarray, list[GpuSet]]:
         choice = np.asarray(alloc.config, dtype=np.int64)
         if choice.shape != (len(active),):
@@ -466,7 +481,7 @@ class Simulator:
         return shapes, placed
 
     def _apply_replicas(
-        self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: _JobsState
+        self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: JobsState
     ) -> tuple[np.ndarray, list[GpuSet]]:
         rep = np.asarray(alloc.replicas, dtype=np.int64)
         if rep.shape != (len(active), len(self.cluster.nodes)) or np.any(rep < 0):

@@ -23,7 +23,9 @@ from oak.errors import OakInputError
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="OAK: restart- and age-aware GPU cluster scheduling."
 )
-workloads_app = typer.Typer(no_args_is_help=True, help="List and show the embedded workloads.")
+workloads_app = typer.Typer(
+    no_args_is_help=True, help="List and show the embedded workloads; synthesise trace-derived ones."
+)
 catalog_app = typer.Typer(no_args_is_help=True, help="Build the application catalog from measured profiles.")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (speed reported as ratios within one run).")
 app.add_typer(workloads_app, name="workloads")
@@ -124,7 +126,14 @@ HorizonOpt = Annotated[
     float, typer.Option(help="Stop simulating after this many seconds (unfinished jobs are reported).")
 ]
 SolverOpt = Annotated[str, typer.Option(help="Round solver: auto (exact DP or HiGHS), dp, highs, cvxpy.")]
-ClusterOpt = Annotated[str, typer.Option(help="Cluster preset.")]
+#: The presets of ``oak.model.cluster.CLUSTER_PRESETS`` (spelled out so that ``oak --help`` does not import numpy;
+#: a test checks that every preset is named).
+CLUSTER_HELP = (
+    "Cluster preset: paper-12 (3 nodes x 4 aws/T4 GPUs), sia-64 (Sia's heterogeneous 64 GPUs: 6x4 aws/T4, "
+    "2x8 dgx-ext/A100, 3x8 rtx/2080Ti). Append xK (K a positive integer) to multiply every node count by K, "
+    "e.g. sia-64x32 = 2,048 GPUs."
+)
+ClusterOpt = Annotated[str, typer.Option(help=CLUSTER_HELP)]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the runs as JSON to this path.")]
 PopulationOpt = Annotated[
     int | None, typer.Option(help="NSGA-II population of pollux (default 100) and hybrid-oak (default 20).")
@@ -341,6 +350,45 @@ def workloads_show(name: Annotated[str, typer.Argument(help="Embedded workload n
     console.print(table)
 
 
+@workloads_app.command("synth")
+def workloads_synth(
+    out: Annotated[Path, typer.Option(help="Output workload CSV (OAK format; written atomically).")],
+    source: Annotated[str, typer.Option("--from", help="Trace family to derive from: philly.")] = "philly",
+    jobs: Annotated[int, typer.Option(help="Number of jobs (> 0).")] = 160,
+    cluster: Annotated[str, typer.Option(help=f"Cluster the GPU bounds are clipped to. {CLUSTER_HELP}")] = "sia-64",
+    scale: Annotated[
+        float | None,
+        typer.Option(
+            help="Arrival-rate multiplier K (> 0): mean gap 180 s / K, Sia's 64-GPU rate times K. "
+            "Default: the cluster preset's xK multiplier (1 without one)."
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed (>= 0) of the only random generator used.")] = 0,
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="Sample this raw Philly-format trace CSV instead of the packaged summary."),
+    ] = None,
+) -> None:
+    """Synthesise a trace-derived workload (see docs/workloads.md) and write it as an OAK-format CSV."""
+    from collections import Counter
+
+    from oak.io_util import write_atomic
+    from oak.model.cluster import preset_scale
+    from oak.workloads.philly import synth_workload_text
+
+    if source != "philly":
+        raise OakInputError(f"--from {source!r}: expected philly (the only trace family so far)")
+    k = float(preset_scale(cluster)) if scale is None else scale
+    text, made = synth_workload_text(jobs, cluster, k, seed, trace)
+    try:
+        write_atomic(out, text)
+    except OSError as exc:
+        raise OakInputError(f"--out {out}: cannot write the workload: {exc}") from exc
+    apps = ", ".join(f"{a} {n}" for a, n in sorted(Counter(j.application for j in made).items()))
+    span_h = made[-1].submit_time_s / 3600.0
+    console.print(f"wrote {out}: {len(made)} jobs over {span_h:,.2f} h (arrivals x{k:g}); {apps}")
+
+
 @catalog_app.command("build")
 def catalog_build(
     profiles: Annotated[
@@ -371,3 +419,4 @@ def main() -> None:
 
 from oak.cli import bench as _bench  # noqa: E402,F401  (registers the bench commands)
 from oak.cli import reproduce as _reproduce  # noqa: E402,F401  (registers the reproduce command)
+from oak.cli import run as _run  # noqa: E402,F401  (registers the run command)

@@ -4,23 +4,54 @@ A cluster is described by C configurations c = (gpu_types[c], nodes[c], replicas
 given epoch, :meth:`GoodputTable.choices` returns the :class:`~oak.goodput.batch.BatchChoice` of every configuration
 (arrays of length C). Entries are computed once per (app, epoch), vectorised over all configurations of a GPU
 type, and cached; later calls are a dict lookup. Returned arrays are read-only because they are shared.
+
+Cross-type projection (reference §3.6, :mod:`oak.goodput.projection`): when an application has no fitted model
+on a GPU type A of the table but has one on another type B, its choices on A are B's best-batch choices at
+(⌈K/R_B⌉ nodes, K replicas), with goodput and progress rate multiplied by x1_A/x1_B. x1_t is the 1-GPU throughput
+on type t: the largest allowed per-GPU batch b_max(t) divided by its 1-GPU step time T_iter(1, 1, b_max, 0) from
+the fitted model (samples/s). The application has no model on A, so its x1_A/x1_B is estimated by the geometric
+mean of x1_A/x1_B over the catalog's other applications fitted on both A and B (how much faster one A GPU is
+than one B GPU on those jobs). B is the first type, in the table's order and then by name, on which the
+application is fitted and such a reference exists; R_B is the GPUs per node of B in the table (the largest
+⌈R/N⌉ of B's configurations), or of B's profiled nodes when B is not in the table. Without a source type the
+application cannot run on A (goodput 0).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from oak.goodput.batch import BatchChoice, best_batch
+from oak.goodput.projection import projected_shapes, scale_choice, single_gpu_throughput
 
 if TYPE_CHECKING:  # the catalog imports oak.goodput.throughput; avoid an import cycle at run time
     from oak.catalog.schema import AppProfile, Catalog
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Projection:
+    """How an application's goodput on a type without a fitted model is projected (reference §3.6).
+
+    Attributes:
+        source: the type B whose fitted model is used.
+        ratio: estimated x1_A / x1_B (dimensionless, > 0).
+        gpus_per_node: R_B, GPUs per node of type B.
+        reference_apps: the applications fitted on both types whose x1 ratios were averaged.
+    """
+
+    source: str
+    ratio: float
+    gpus_per_node: int
+    reference_apps: tuple[str, ...]
 
 
 class GoodputTable:
@@ -32,11 +63,15 @@ class GoodputTable:
         nodes: npt.ArrayLike,
         replicas: npt.ArrayLike,
         gpu_types: Sequence[str],
+        gpus_per_node: Mapping[str, int] | None = None,
+        project: bool = True,
     ) -> None:
         """Args:
         catalog: application profiles.
         nodes, replicas: N and R of each configuration (length C).
         gpu_types: GPU type of each configuration (length C).
+        gpus_per_node: GPUs per node of each type, for the projection's R_B (default: inferred, see the module).
+        project: estimate goodput on types an application has no model for (reference §3.6); off: goodput 0.
         """
         self._catalog = catalog
         n = np.asarray(nodes, dtype=np.int64).reshape(-1)
@@ -58,6 +93,15 @@ class GoodputTable:
             uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
             self._groups[t] = (idx, uniq[:, 0].copy(), uniq[:, 1].copy(), inverse.reshape(-1))
         self._cache: dict[tuple[str, int], BatchChoice] = {}
+        # GPUs per node of each type in the table: multi-node configurations take whole nodes, so ⌈R/N⌉ ≤ R_t.
+        self._per_node: dict[str, int] = {
+            t: int(np.max(-(-r[idx] // np.maximum(n[idx], 1)))) for t, (idx, *_rest) in self._groups.items()
+        }
+        if gpus_per_node is not None:
+            self._per_node.update({t: int(v) for t, v in gpus_per_node.items()})
+        self._project = project
+        self._projections: dict[tuple[str, str], Projection | None] = {}
+        self._x1: dict[tuple[str, str], float] = {}
 
     @property
     def size(self) -> int:
@@ -80,15 +124,66 @@ class GoodputTable:
         return self._gpu_types
 
     def has_profile(self, app: str, gpu_type: str) -> bool:
-        """Whether the catalog has a throughput model of ``app`` on ``gpu_type``."""
+        """Whether the table can give ``app`` a goodput on ``gpu_type``: a fitted model or a projection."""
+        return self.has_fitted_profile(app, gpu_type) or self.projection(app, gpu_type) is not None
+
+    def has_fitted_profile(self, app: str, gpu_type: str) -> bool:
+        """Whether the catalog has a fitted throughput model of ``app`` on ``gpu_type``."""
         profile = self._catalog.apps.get(app)
         return profile is not None and gpu_type in profile.gpus
+
+    def x1(self, app: str, gpu_type: str) -> float:
+        """1-GPU throughput of ``app`` on ``gpu_type`` (samples/s): b_max / T_iter(1, 1, b_max, 0) of the fitted
+        model. KeyError when there is no fitted model."""
+        key = (app, gpu_type)
+        hit = self._x1.get(key)
+        if hit is None:
+            gpu = self._catalog.app(app).gpus[gpu_type]
+            hit = single_gpu_throughput(gpu.params, gpu.b_max)
+            self._x1[key] = hit
+        return hit
+
+    def projection(self, app: str, gpu_type: str) -> Projection | None:
+        """How ``app``'s goodput on ``gpu_type`` is projected, or None (fitted there, unknown app, projection
+        off, or no source type with a reference application)."""
+        key = (app, gpu_type)
+        if key in self._projections:
+            return self._projections[key]
+        out = self._find_projection(app, gpu_type)
+        self._projections[key] = out
+        return out
+
+    def _find_projection(self, app: str, gpu_type: str) -> Projection | None:
+        profile = self._catalog.apps.get(app)
+        if not self._project or profile is None or gpu_type in profile.gpus:
+            return None
+        in_table = [t for t in dict.fromkeys(self._gpu_types) if t in profile.gpus]
+        others = sorted(t for t in profile.gpus if t not in in_table)
+        for src in in_table + others:
+            refs = tuple(
+                sorted(
+                    name
+                    for name, other in self._catalog.apps.items()
+                    if name != app and gpu_type in other.gpus and src in other.gpus
+                )
+            )
+            if not refs:
+                continue
+            logs = [math.log(self.x1(r, gpu_type) / self.x1(r, src)) for r in refs]
+            ratio = math.exp(sum(logs) / len(logs))
+            per_node = self._per_node.get(src)
+            if per_node is None:
+                g = profile.gpus[src]
+                per_node = max(1, -(-g.max_replicas_profiled // g.max_nodes_profiled))
+            return Projection(source=src, ratio=ratio, gpus_per_node=per_node, reference_apps=refs)
+        return None
 
     def choices(self, app: str, epoch: int) -> BatchChoice:
         """Best batch choice of ``app`` at ``epoch`` on every configuration (arrays of length C).
 
-        ``epoch`` is clipped to [0, max_epochs − 1]. Configurations whose GPU type has no profile for ``app``,
-        or that cannot run it, have goodput 0. Goodput and progress rate are uncalibrated.
+        ``epoch`` is clipped to [0, max_epochs − 1]. On a GPU type without a fitted model the choices are projected
+        (module doc); configurations that cannot run ``app`` (no model and no projection, batch limits) have
+        goodput 0. Goodput and progress rate are uncalibrated.
         """
         key = (app, epoch)
         hit = self._cache.get(key)
@@ -121,9 +216,16 @@ class GoodputTable:
 
         for t, (idx, un, ur, inverse) in self._groups.items():
             gpu = profile.gpus.get(t)
-            if gpu is None:
-                continue
-            ch = best_batch(gpu.params, profile.m0, profile.m_max, gpu.b_min, gpu.b_max, sqr_at, var_at, un, ur)
+            if gpu is not None:
+                ch = best_batch(gpu.params, profile.m0, profile.m_max, gpu.b_min, gpu.b_max, sqr_at, var_at, un, ur)
+            else:
+                proj = self.projection(profile.name, t)
+                if proj is None:
+                    continue
+                src = profile.gpus[proj.source]
+                nb, rb = projected_shapes(ur, proj.gpus_per_node)
+                ch_b = best_batch(src.params, profile.m0, profile.m_max, src.b_min, src.b_max, sqr_at, var_at, nb, rb)
+                ch = scale_choice(ch_b, proj.ratio)
             goodput[idx] = ch.goodput[inverse]
             local_bsz[idx] = ch.local_bsz[inverse]
             accum[idx] = ch.accum_steps[inverse]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import re
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -59,13 +61,17 @@ class Cluster:
 
     @property
     def total_gpus(self) -> int:
-        return sum(n.gpus for n in self.nodes)
+        return self._total_gpus
 
     def node_of_gpu(self, gpu: int) -> int:
-        for i in range(len(self.nodes) - 1, -1, -1):
-            if gpu >= self.first_gpu[i]:
-                return i
-        raise ValueError(f"GPU id {gpu} out of range")
+        """Index of the node holding global GPU id ``gpu`` (binary search: O(log nodes))."""
+        if not 0 <= gpu < self.total_gpus:
+            raise ValueError(f"GPU id {gpu} out of range [0, {self.total_gpus})")
+        return bisect.bisect_right(self.first_gpu, gpu) - 1
+
+    @cached_property
+    def _total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
 
 
 def homogeneous_cluster(gpu_type: str, nodes: int, gpus_per_node: int, name: str = "custom") -> Cluster:
@@ -75,13 +81,71 @@ def homogeneous_cluster(gpu_type: str, nodes: int, gpus_per_node: int, name: str
     return Cluster(tuple(Node(i, gpu_type, gpus_per_node) for i in range(nodes)), name=name)
 
 
-CLUSTER_PRESETS = {
-    "paper-12": "the OAK paper's cluster: 3 nodes x 4 GPUs, profiled type aws (T4)",
+def scale_cluster(cluster: Cluster, k: int) -> Cluster:
+    """``cluster`` with every node count multiplied by ``k``: each node is repeated ``k`` times in place, so the
+    per-type node counts (and GPUs per type) grow ``k``-fold and types keep their order. Named ``<name>x<k>``."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise OakInputError(f"cluster scale {k!r}: expected a positive integer")
+    nodes = tuple(Node(i, n.gpu_type, n.gpus) for i, n in enumerate(n for n in cluster.nodes for _ in range(k)))
+    return Cluster(nodes, name=f"{cluster.name}x{k}")
+
+
+def _grouped_cluster(name: str, groups: tuple[tuple[str, int, int], ...]) -> Cluster:
+    """A cluster from (gpu_type, nodes, GPUs per node) groups, in order."""
+    out: list[Node] = []
+    for gpu_type, count, per_node in groups:
+        out.extend(Node(len(out), gpu_type, per_node) for _ in range(count))
+    return Cluster(tuple(out), name=name)
+
+
+_BASE_PRESETS: dict[str, tuple[tuple[str, int, int], ...]] = {
+    "paper-12": (("aws", 3, 4),),
+    "sia-64": (("aws", 6, 4), ("dgx-ext", 2, 8), ("rtx", 3, 8)),
 }
+
+#: Preset name -> description. Any preset also takes a scale suffix ``xK`` (K a positive integer): every node
+#: count multiplied by K, e.g. ``sia-64x32`` (2,048 GPUs) or ``paper-12x4`` (48 GPUs).
+CLUSTER_PRESETS = {
+    "paper-12": "the OAK paper's cluster: 3 nodes x 4 GPUs, profiled type aws (T4); 12 GPUs",
+    "sia-64": (
+        "Sia's heterogeneous cluster: 6 nodes x 4 aws (T4), 2 nodes x 8 dgx-ext (A100), "
+        "3 nodes x 8 rtx (2080Ti); 64 GPUs"
+    ),
+}
+
+#: Largest K accepted in a preset's ``xK`` suffix (guards against typos building millions of nodes).
+MAX_PRESET_SCALE = 1024
+
+#: How ``cluster_preset`` reads a scaled name: ``<preset>x<K>``.
+_SCALED = re.compile(r"^(?P<base>.+)x(?P<k>[^x]*)$")
+
+
+def cluster_preset_help() -> str:
+    """One line per preset plus the ``xK`` suffix, for command-line help."""
+    listed = "; ".join(f"{name}: {desc}" for name, desc in CLUSTER_PRESETS.items())
+    return f"{listed}. Append xK (K a positive integer) to multiply every node count by K, e.g. sia-64x32."
+
+
+def preset_scale(name: str) -> int:
+    """The ``xK`` multiplier K of a preset name (1 without a suffix); OakInputError for a bad name."""
+    cluster_preset(name)
+    m = _SCALED.match(name)
+    return 1 if name in _BASE_PRESETS or m is None else int(m.group("k"))
 
 
 def cluster_preset(name: str) -> Cluster:
-    """A named cluster; see ``CLUSTER_PRESETS``."""
-    if name == "paper-12":
-        return homogeneous_cluster("aws", 3, 4, name="paper-12")
-    raise OakInputError(f"cluster preset {name!r} is unknown; expected one of {sorted(CLUSTER_PRESETS)}")
+    """A named cluster (see ``CLUSTER_PRESETS``), optionally scaled: ``<preset>xK`` multiplies every node count
+    by the positive integer K (``sia-64x32`` = 2,048 GPUs). Unknown names and bad K raise OakInputError."""
+    expected = f"expected one of {sorted(CLUSTER_PRESETS)}, optionally with a scale suffix xK (e.g. sia-64x32)"
+    if name in _BASE_PRESETS:
+        return _grouped_cluster(name, _BASE_PRESETS[name])
+    m = _SCALED.match(name)
+    if m is None or m.group("base") not in _BASE_PRESETS:
+        raise OakInputError(f"cluster preset {name!r} is unknown; {expected}")
+    raw = m.group("k")
+    if not re.fullmatch(r"[0-9]+", raw) or not 1 <= int(raw) <= MAX_PRESET_SCALE:
+        raise OakInputError(
+            f"cluster preset {name!r}: scale multiplier {raw!r} after 'x'; expected a positive integer K "
+            f"<= {MAX_PRESET_SCALE} (e.g. {m.group('base')}x4)"
+        )
+    return scale_cluster(cluster_preset(m.group("base")), int(raw))

@@ -1,0 +1,248 @@
+"""Start, stop and kill the W rank processes of one training job (independent of any scheduler).
+
+``start_worker`` runs ``[sys.executable, "-m", "oak.runtime.worker", ...]`` once per rank (argument lists, no
+shell), each in its own session so that terminal signals reach only the caller, with stdout+stderr appended to
+``rank<r>.log`` in the job directory. The handle's ``terminate`` is the graceful stop (SIGTERM → the worker
+checkpoints at its next step boundary and exits 0), ``kill`` the failure injector (SIGKILL, no checkpoint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from oak.errors import OakInputError
+
+STATUS_FILE = "status.json"  # same names as oak.runtime.worker, which this module does not import (no torch)
+DONE_FILE = "done"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What to train: the worker's job-level options (steps, samples; see ``python -m oak.runtime.worker -h``).
+
+    ``extra_args`` are appended verbatim to every rank's argument list (e.g. ``("--lr", "0.1")``).
+    """
+
+    model: str
+    target_steps: int
+    batch_size: int
+    ckpt_every: int
+    seed: int = 0
+    width_mult: float = 1.0
+    data: str | Path | None = None
+    extra_args: tuple[str, ...] = ()
+
+    def argv(self) -> list[str]:
+        args = [
+            "--model",
+            self.model,
+            "--target-steps",
+            str(self.target_steps),
+            "--batch-size",
+            str(self.batch_size),
+            "--ckpt-every",
+            str(self.ckpt_every),
+            "--seed",
+            str(self.seed),
+            "--width-mult",
+            repr(float(self.width_mult)),
+        ]
+        if self.data is not None:
+            args += ["--data", str(self.data)]
+        return args + list(self.extra_args)
+
+
+def free_port(addr: str = "127.0.0.1") -> int:
+    """A TCP port on ``addr`` that was free a moment ago (the OS picks it; rank 0 binds it again)."""
+    with socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((addr, 0))
+        return int(s.getsockname()[1])
+
+
+class WorkerHandle:
+    """The running rank processes of one job incarnation."""
+
+    def __init__(self, job_dir: Path, procs: list[subprocess.Popen[bytes]], master_port: int | None) -> None:
+        self.job_dir = job_dir
+        self.procs = procs
+        self.master_port = master_port
+        self.started_at = time.time()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    @property
+    def world_size(self) -> int:
+        return len(self.procs)
+
+    def returncodes(self) -> list[int | None]:
+        """Per-rank exit status (None while running; negative = killed by that signal)."""
+        return [p.poll() for p in self.procs]
+
+    def poll(self) -> int | None:
+        """None while the job runs; else its status: the first non-zero rank status, or 0 when all ranks exited 0.
+
+        A non-zero result can come while other ranks still run (a peer died): call ``kill`` to reap them.
+        """
+        codes = self.returncodes()
+        failed = [c for c in codes if c is not None and c != 0]
+        if failed:
+            return failed[0]
+        if all(c is not None for c in codes):
+            return 0
+        return None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait up to ``timeout`` seconds (None: forever) for the job to end; returns ``poll()``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            code = self.poll()
+            if code is not None:
+                return code
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+    def _signal(self, sig: int) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):  # exited between poll and signal
+                    p.send_signal(sig)
+
+    def request_stop(self) -> None:
+        """SIGTERM every live rank and return at once (stop many jobs in parallel, then ``wait`` on each):
+        the ranks checkpoint at their next common step boundary and exit 0."""
+        self._signal(signal.SIGTERM)
+
+    def terminate(self, timeout: float = 30.0) -> list[int]:
+        """Graceful stop: SIGTERM every rank, wait up to ``timeout`` s for them to checkpoint and exit, then
+        SIGKILL the stragglers. Returns the per-rank exit statuses (0 = stopped after a durable checkpoint)."""
+        self.request_stop()
+        deadline = time.monotonic() + timeout
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        return self.kill()
+
+    def kill(self) -> list[int]:
+        """Failure injection: SIGKILL every live rank (no checkpoint) and reap them; returns exit statuses."""
+        self._signal(signal.SIGKILL)
+        return [p.wait() for p in self.procs]
+
+    def read_status(self) -> dict[str, Any] | None:
+        """The job's ``status.json`` (written by rank 0), or None if absent or unreadable."""
+        try:
+            with open(self.job_dir / STATUS_FILE, encoding="utf-8") as fh:
+                obj = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        return obj if isinstance(obj, dict) else None
+
+    def is_done(self) -> bool:
+        """Whether the job reached its target steps (the ``done`` marker exists)."""
+        return (self.job_dir / DONE_FILE).is_file()
+
+    def __enter__(self) -> WorkerHandle:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.kill()
+
+
+def start_worker(
+    job_dir: str | Path,
+    spec: WorkerSpec,
+    world_size: int,
+    devices: Sequence[int],
+    *,
+    device_kind: Literal["cpu", "gpu"] = "cpu",
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    pin_cpus: bool = False,
+    env: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+) -> WorkerHandle:
+    """Start the ``world_size`` rank processes of a job in ``job_dir`` and return their handle.
+
+    ``devices``: the allocation. ``device_kind="cpu"``: CPU slot ids (≥ ``world_size``), split into contiguous
+    equal shares; each rank runs ``len(share)`` torch threads (OMP_NUM_THREADS) and, with ``pin_cpus``, is pinned
+    to those CPU ids. ``device_kind="gpu"``: exactly one GPU index per rank; CUDA_VISIBLE_DEVICES lists them
+    and rank r uses the r-th. ``master_port``: rendezvous port on ``master_addr`` (default: a free one, W > 1 only).
+    ``env``: extra environment variables for the ranks.
+    """
+    job = Path(job_dir)
+    ids = [int(d) for d in devices]
+    if world_size < 1:
+        raise OakInputError(f"world_size must be >= 1, got {world_size}")
+    if device_kind == "gpu":
+        if len(ids) != world_size:
+            raise OakInputError(f"{len(ids)} GPU(s) {ids} for world_size {world_size}: need one GPU per rank")
+    elif device_kind == "cpu":
+        if len(ids) < world_size:
+            raise OakInputError(f"{len(ids)} CPU slot(s) {ids} for world_size {world_size}: need >= 1 per rank")
+    else:
+        raise OakInputError(f"device_kind must be 'cpu' or 'gpu', got {device_kind!r}")
+    if len(set(ids)) != len(ids):
+        raise OakInputError(f"duplicate device ids in {ids}")
+    job.mkdir(mode=0o700, parents=True, exist_ok=True)
+    port = master_port if master_port is not None else (free_port(master_addr) if world_size > 1 else 0)
+    base_env = dict(os.environ)
+    base_env.update(env or {})
+    base_env["PYTHONUNBUFFERED"] = "1"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for rank in range(world_size):
+            argv = [python, "-m", "oak.runtime.worker", "--job-dir", str(job), *spec.argv()]
+            argv += ["--world-size", str(world_size), "--rank", str(rank)]
+            argv += ["--master-addr", master_addr, "--master-port", str(port)]
+            renv = dict(base_env)
+            if device_kind == "gpu":
+                renv["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in ids)
+                renv["OMP_NUM_THREADS"] = "1"
+                argv += ["--device", "cuda", "--local-rank", str(rank), "--threads", "1"]
+            else:
+                per, extra = divmod(len(ids), world_size)
+                lo = rank * per + min(rank, extra)
+                share = ids[lo : lo + per + (1 if rank < extra else 0)]
+                renv["CUDA_VISIBLE_DEVICES"] = ""
+                renv["OMP_NUM_THREADS"] = renv["MKL_NUM_THREADS"] = str(len(share))
+                argv += ["--device", "cpu", "--threads", str(len(share))]
+                if pin_cpus:
+                    argv += ["--cpus", ",".join(str(i) for i in share)]
+            fd = os.open(job / f"rank{rank}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, f"=== {time.strftime('%Y-%m-%dT%H:%M:%S')} start: {argv[1:]}\n".encode())
+                procs.append(
+                    subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=fd,
+                        stderr=subprocess.STDOUT,
+                        env=renv,
+                        close_fds=True,
+                        start_new_session=True,
+                    )
+                )
+            finally:
+                os.close(fd)
+    except BaseException:
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise
+    return WorkerHandle(job, procs, port or None)

@@ -113,7 +113,11 @@ class Simulator:
         self.cluster = cluster if cluster is not None else cluster_preset("paper-12")
         self.catalog = catalog if catalog is not None else Catalog.load()
         self.physics = physics if physics is not None else PhysicsOptions()
-        self.configs: tuple[Configuration, ...] = sia_configurations(self.cluster)
+        # Sia's tables stop at 64 GPUs (reference §3.4) and jobs at 64 replicas (§3.5): larger clusters add
+        # no larger configurations, only more of them.
+        self.configs: tuple[Configuration, ...] = tuple(
+            c for c in sia_configurations(self.cluster) if c.gpus <= MAX_REPLICAS_PER_JOB
+        )
         types = self.cluster.gpu_types
         self.config_type = np.array([types.index(c.gpu_type) for c in self.configs], dtype=np.int64)
         self.config_gpus = np.array([c.gpus for c in self.configs], dtype=np.int64)
@@ -147,10 +151,10 @@ class Simulator:
         gpus = self.config_gpus[None, :]
         lo = np.array([j.min_gpus for j in jobs])[:, None]
         hi = np.array([j.max_gpus for j in jobs])[:, None]
-        profiled = np.array(
-            [[self.table.has_profile(j.application, c.gpu_type) for c in self.configs] for j in jobs],
-            dtype=bool,
-        )
+        per_app = {
+            a: [self.table.has_profile(a, c.gpu_type) for c in self.configs] for a in {j.application for j in jobs}
+        }
+        profiled = np.array([per_app[j.application] for j in jobs], dtype=bool).reshape(len(jobs), len(self.configs))
         self.bounds = (gpus >= lo) & (gpus <= hi) & profiled
         self.min_gpus = np.array([j.min_gpus for j in jobs], dtype=np.int64)
         self.max_gpus = np.array([j.max_gpus for j in jobs], dtype=np.int64)
@@ -363,9 +367,7 @@ class Simulator:
             st.restore_left[i] = self.restore_delay[i]
             st.rate[i] = 0.0
 
-    def snapshot(
-        self, st: JobsState, t: float, active: np.ndarray, needs_node_goodput: bool = False
-    ) -> RoundSnapshot:
+    def snapshot(self, st: JobsState, t: float, active: np.ndarray, needs_node_goodput: bool = False) -> RoundSnapshot:
         """The policy's view of the active jobs at time t."""
         e = self.tables.epochs(active, st.progress[active])
         st.epoch[active] = e
@@ -435,10 +437,7 @@ class Simulator:
         alloc = policy.decide(snap)
         decision_ms.append((time.perf_counter() - start) * 1e3)
         st.policy_state = alloc.state
-        if alloc.replicas is not None:
-            shapes, placed = self._apply_replicas(snap, alloc, policy.name, t, active, st)
-        else:
-            shapes, placed = self._apply_configs(snap, alloc, policy.name, t, active, st)
+        shapes, placed = self.plan(snap, alloc, policy.name, st, active)
         if on_round is not None:
             on_round(snap, alloc, placed)
         for pos, i in enumerate(active):
@@ -462,6 +461,16 @@ class Simulator:
                 st.ckpt_tprog[i] = st.t_progress[i]  # a move checkpoints first: the restart resumes from here
                 if self.physics.queue_clock == "since-last-run":
                     st.t_queue[i] = 0.0
+
+    def plan(
+        self, snap: RoundSnapshot, alloc: Allocation, name: str, st: JobsState, active: np.ndarray
+    ) -> tuple[np.ndarray, list[GpuSet]]:
+        """Validate policy ``name``'s allocation and place it: each active job's shape index (−1: none) and GPU ids.
+
+        Raises RuntimeError on an allocation that breaks validity, capacity or the one-type rule."""
+        if alloc.replicas is not None:
+            return self._apply_replicas(snap, alloc, name, snap.time_s, active, st)
+        return self._apply_configs(snap, alloc, name, snap.time_s, active, st)
 
     def _apply_configs(
         self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: JobsState

@@ -1,0 +1,136 @@
+"""``oak run``: schedule real PyTorch training jobs from a jobs file (the runtime backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from oak.cli.main import _fail, app, console, err_console
+
+
+def print_run_table(result: Any, title: str) -> None:
+    """Per-job and per-run metrics of a RunResult (the same columns as ``oak simulate``)."""
+    table = Table(title=title)
+    for col in ("job", "app", "JCT (s)", "restarts", "failures", "T_progress (s)", "T_ckpt (s)", "T_queue (s)"):
+        table.add_column(col, justify="right" if col not in ("job", "app") else "left")
+    for j in result.jobs:
+        table.add_row(
+            j.name,
+            j.application,
+            "unfinished" if j.jct_s is None else f"{j.jct_s:,.1f}",
+            str(j.restarts),
+            str(j.failures),
+            f"{j.t_progress_s:,.1f}",
+            f"{j.t_ckpt_s:,.1f}",
+            f"{j.t_queue_s:,.1f}",
+        )
+    console.print(table)
+    s = result.summary()
+    console.print(
+        f"mean JCT {s['mean_jct_s']:,.1f} s · max {s['max_jct_s']:,.1f} s · makespan {s['makespan_s']:,.1f} s · "
+        f"restarts/job {s['restarts_per_job']:.2f} · decision {s['decision_ms_mean']:.3f} ms mean · "
+        f"{s['rounds']} rounds · {s['unfinished_jobs']} unfinished"
+    )
+
+
+@app.command("run")
+def run_jobs(
+    jobs_file: Annotated[Path, typer.Argument(help="Jobs file (YAML); see docs/runtime.md.")],
+    policy: Annotated[str, typer.Option(help="Policy: oak, goodput, sia, pollux, hybrid-oak, gavel, drf, ...")] = "oak",
+    gpus: Annotated[str | None, typer.Option(help="'auto' (every visible CUDA GPU) or a count.")] = None,
+    cpu_slots: Annotated[int | None, typer.Option(help="Treat N CPU worker processes as the devices.")] = None,
+    failure_rate: Annotated[float, typer.Option(help="λ: SIGKILL probability per round per running job.")] = 0.0,
+    round_seconds: Annotated[float, typer.Option(help="Seconds per scheduling round.")] = 60.0,
+    seed: Annotated[int, typer.Option(help="Seed of the failure stream and the workers.")] = 0,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="Run directory (state.sqlite, job folders); the same one resumes a run.")
+    ] = None,
+    profile_type: Annotated[
+        str | None, typer.Option(help="Catalog GPU type whose goodput model scores allocations (cpu: aws).")
+    ] = None,
+    time_limit: Annotated[
+        float | None, typer.Option(help="Stop after this many seconds (unfinished reported).")
+    ] = None,
+    backend: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray address (default: start a local Ray).")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the run as JSON to this path.")] = None,
+) -> None:
+    """Run the jobs of JOBS_FILE under a policy on local devices (or a Ray cluster), with injected failures."""
+    from oak.catalog import Catalog
+    from oak.io_util import write_json
+    from oak.policies import make_policy
+    from oak.runtime.jobs_file import load_jobs_file
+    from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
+
+    if (gpus is None) == (cpu_slots is None):
+        _fail("give exactly one of --gpus auto|N and --cpu-slots N")
+    if backend not in ("local", "ray"):
+        _fail(f"--backend {backend!r}: expected local or ray")
+    catalog = Catalog.load()
+    jobs = load_jobs_file(jobs_file, tuple(catalog.apps))
+    if cpu_slots is not None:
+        if cpu_slots < 1:
+            _fail(f"--cpu-slots {cpu_slots}: expected a positive integer")
+        devices, kind = cpu_slots, "cpu"
+        err_console.print(f"no GPUs used: {cpu_slots} CPU worker slots stand in for devices (--cpu-slots)")
+    else:
+        devices, kind = _gpu_count(gpus or "auto"), "gpu"
+    ptype = profile_type or ("aws" if kind == "cpu" else "dgx-ext")
+    if not any(ptype in a.gpus for a in catalog.apps.values()):
+        _fail(f"--profile-type {ptype!r}: no application has a profile for it")
+    pol = make_policy(policy, seed=seed)
+    opts = RuntimeOptions(
+        devices=devices,
+        device_kind=kind,
+        profile_type=ptype,
+        failure_rate=failure_rate,
+        round_s=round_seconds,
+        seed=seed,
+        time_limit_s=time_limit,
+    )
+    directory = (
+        run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
+    )
+    executor = None
+    del address
+    if backend == "ray":
+        _fail("--backend ray: not available yet")
+    sched = RuntimeScheduler(jobs, pol, directory, opts, executor=executor, catalog=catalog)
+    err_console.print(f"run directory: {directory}")
+    from oak.cli.main import progress_bar
+
+    with progress_bar() as bar:
+        task = bar.add_task(f"{policy} · λ={failure_rate:g}", total=len(jobs.jobs))
+
+        def tick(now: float, done: int, total: int) -> None:
+            bar.update(task, completed=done, description=f"{policy} · λ={failure_rate:g} · t={now:,.0f} s")
+
+        result = sched.run(progress=tick)
+    print_run_table(
+        result, f"{policy} on {jobs_file.name} ({devices} {kind} devices), λ = {failure_rate:g}, seed {seed}"
+    )
+    if json_path is not None:
+        write_json(json_path, result.to_json())
+        console.print(f"wrote {json_path}")
+
+
+def _gpu_count(spec: str) -> int:
+    if spec == "auto":
+        try:
+            import torch
+        except ImportError:
+            _fail("--gpus auto needs PyTorch (pip install -e '.[runtime]')")
+        n = int(torch.cuda.device_count())
+        if n == 0:
+            _fail("--gpus auto: no CUDA GPU is visible; use --cpu-slots N on a machine without GPUs")
+        return n
+    try:
+        n = int(spec)
+    except ValueError:
+        _fail(f"--gpus {spec!r}: expected 'auto' or a positive integer")
+    if n < 1:
+        _fail(f"--gpus {spec}: expected a positive integer")
+    return n

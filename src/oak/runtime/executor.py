@@ -1,0 +1,136 @@
+"""Executors: how the runtime scheduler starts, stops and kills the training processes of its jobs.
+
+The scheduler decides; an executor enacts. :class:`LocalExecutor` runs each job's ranks as local processes
+(:mod:`oak.runtime.launch`); the Ray executor (:mod:`oak.runtime.ray_executor`) runs them as Ray actors in
+a placement group. Both report per job one of ``running``, ``done`` (target steps reached, final checkpoint
+durable), ``stopped`` (exited 0 after a checkpoint without finishing) or ``failed`` (died: killed, crashed, or
+a peer or node lost).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from oak.runtime.jobs_file import RuntimeJob
+from oak.runtime.launch import WorkerHandle, WorkerSpec, start_worker
+
+JobState = Literal["running", "done", "stopped", "failed"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One incarnation to start: the job, its directory, the device ids it gets and the worker seed."""
+
+    job: RuntimeJob
+    job_dir: Path
+    devices: tuple[int, ...]
+    seed: int
+
+
+class Executor(Protocol):
+    """What the scheduler needs from a backend (all waits bounded by a timeout)."""
+
+    device_kind: str
+
+    def launch(self, item: Launch) -> None: ...
+
+    def state(self, name: str) -> JobState | None: ...
+
+    def status(self, name: str) -> dict[str, Any] | None: ...
+
+    def pids(self, name: str) -> list[int]: ...
+
+    def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]: ...
+
+    def kill(self, name: str) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+def worker_spec(job: RuntimeJob, seed: int) -> WorkerSpec:
+    """The worker options of a jobs-file entry."""
+    return WorkerSpec(
+        model=job.model,
+        target_steps=job.target_steps,
+        batch_size=job.batch_size,
+        ckpt_every=job.ckpt_every,
+        seed=seed,
+        width_mult=job.width_mult,
+        data=job.data,
+    )
+
+
+class LocalExecutor:
+    """Each job's ranks as local processes, one rank per device (CPU slot or GPU)."""
+
+    def __init__(self, device_kind: Literal["cpu", "gpu"] = "cpu") -> None:
+        self.device_kind: str = device_kind
+        self._kind: Literal["cpu", "gpu"] = device_kind
+        self._handles: dict[str, WorkerHandle] = {}
+
+    def launch(self, item: Launch) -> None:
+        if item.job.name in self._handles:
+            raise RuntimeError(f"job {item.job.name!r} is already running")
+        self._handles[item.job.name] = start_worker(
+            item.job_dir,
+            worker_spec(item.job, item.seed),
+            len(item.devices),
+            item.devices,
+            device_kind=self._kind,
+        )
+
+    def state(self, name: str) -> JobState | None:
+        h = self._handles.get(name)
+        if h is None:
+            return None
+        code = h.poll()
+        if code is None:
+            return "running"
+        if code != 0:
+            h.kill()  # reap the surviving peers of a dead rank
+            return "failed"
+        return "done" if h.is_done() else "stopped"
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        h = self._handles.get(name)
+        return None if h is None else h.read_status()
+
+    def pids(self, name: str) -> list[int]:
+        h = self._handles.get(name)
+        return [] if h is None else h.pids
+
+    def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
+        """SIGTERM every named job at once, wait up to ``timeout_s`` s for their checkpoints, SIGKILL the rest."""
+        handles = {n: self._handles[n] for n in names if n in self._handles}
+        for h in handles.values():
+            h.request_stop()
+        deadline = time.monotonic() + timeout_s
+        out: dict[str, JobState] = {}
+        for name, h in handles.items():
+            code = h.wait(max(0.0, deadline - time.monotonic()))
+            if code is None:
+                h.kill()
+                out[name] = "failed"
+            else:
+                h.kill()
+                out[name] = "failed" if code != 0 else ("done" if h.is_done() else "stopped")
+            del self._handles[name]
+        return out
+
+    def kill(self, name: str) -> None:
+        h = self._handles.pop(name, None)
+        if h is not None:
+            h.kill()
+
+    def forget(self, name: str) -> None:
+        """Drop a finished job's handle (its processes have exited)."""
+        h = self._handles.pop(name, None)
+        if h is not None:
+            h.kill()
+
+    def shutdown(self) -> None:
+        for name in list(self._handles):
+            self.kill(name)

@@ -1,0 +1,224 @@
+"""The runtime's jobs file (YAML): what to train, how far, on how many devices, and when it arrives.
+
+Layout::
+
+    jobs:
+      - name: cifar-1            # unique; letters, digits, '-', '_', '.'
+        model: resnet18          # tiny | resnet18 (the packaged worker's models)
+        target_steps: 1500       # optimiser steps to completion
+        min_gpus: 1              # device bounds of any allocation
+        max_gpus: 2
+        submit_s: 0              # submission offset from the start of the run (s)
+        batch_size: 128          # global batch (samples), split over the allocated devices
+        ckpt_every: 50           # checkpoint interval (steps)
+        restart_penalty_s: 100   # P_restart of the restart factor (s)
+        application: cifar10     # optional: catalog application whose goodput model scores this job
+        width_mult: 1.0          # optional: channel multiplier of resnet18 (CPU runs shrink it)
+        data: /path/to/cifar     # optional: real CIFAR-10 batches instead of synthetic data
+    defaults: {ckpt_every: 50}   # optional: values every job inherits unless it sets its own
+
+Every error names the file, the line and the field, the value and what was expected
+(:class:`oak.errors.OakInputError`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from oak.errors import OakInputError
+
+MODELS = ("tiny", "resnet18")
+#: Catalog application that scores each packaged model when the job does not name one.
+DEFAULT_APPLICATION = {"tiny": "cifar10", "resnet18": "cifar10"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_FIELDS = (
+    "name",
+    "model",
+    "target_steps",
+    "min_gpus",
+    "max_gpus",
+    "submit_s",
+    "batch_size",
+    "ckpt_every",
+    "restart_penalty_s",
+    "application",
+    "width_mult",
+    "data",
+)
+
+
+@dataclass(frozen=True)
+class RuntimeJob:
+    """One job of a jobs file (units: steps, devices, seconds, samples)."""
+
+    name: str
+    model: str
+    target_steps: int
+    min_gpus: int
+    max_gpus: int
+    submit_s: float
+    batch_size: int
+    ckpt_every: int
+    restart_penalty_s: float
+    application: str
+    width_mult: float = 1.0
+    data: str | None = None
+
+
+@dataclass(frozen=True)
+class JobsFile:
+    path: str
+    jobs: tuple[RuntimeJob, ...]
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that keeps each mapping's line numbers (1-based) under the key ``__lines__``."""
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
+    mapping = loader.construct_mapping(node, deep=True)
+    lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
+    mapping["__line__"] = node.start_mark.line + 1
+    mapping["__lines__"] = lines
+    return mapping
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_jobs_file(path: str | Path, known_apps: tuple[str, ...] | None = None) -> JobsFile:
+    """Parse and validate a jobs file; ``known_apps``: catalog applications allowed as ``application``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise OakInputError(f"{p}: cannot read the jobs file ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise OakInputError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    return parse_jobs(text, str(p), known_apps)
+
+
+def parse_jobs(text: str, source: str, known_apps: tuple[str, ...] | None = None) -> JobsFile:
+    """Parse jobs-file ``text`` (``source`` names it in errors)."""
+    try:
+        doc = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        raise OakInputError(f"{where}: not valid YAML ({e.problem})") from None
+    except yaml.YAMLError as e:
+        raise OakInputError(f"{source}: not valid YAML ({e})") from None
+    if not isinstance(doc, dict) or "jobs" not in doc:
+        raise OakInputError(f"{source}: expected a mapping with a 'jobs' list at the top level")
+    unknown_top = sorted(k for k in doc if k not in ("jobs", "defaults", "__line__", "__lines__"))
+    if unknown_top:
+        line = doc["__lines__"].get(unknown_top[0], doc["__line__"])
+        raise OakInputError(f"{source}:{line}: unknown top-level key {unknown_top[0]!r}; expected 'jobs', 'defaults'")
+    defaults = doc.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise OakInputError(f"{source}:{doc['__lines__'].get('defaults', 1)}: 'defaults' must be a mapping")
+    jobs_node = doc["jobs"]
+    if not isinstance(jobs_node, list) or not jobs_node:
+        raise OakInputError(f"{source}:{doc['__lines__'].get('jobs', 1)}: 'jobs' must be a non-empty list")
+    jobs: list[RuntimeJob] = []
+    seen: dict[str, int] = {}
+    for k, entry in enumerate(jobs_node):
+        if not isinstance(entry, dict):
+            raise OakInputError(f"{source}: jobs[{k}] must be a mapping of fields, got {entry!r}")
+        job = _job(entry, defaults, source, k, known_apps)
+        line = entry["__line__"]
+        if job.name in seen:
+            raise OakInputError(
+                f"{source}:{line}: jobs[{k}].name={job.name!r} duplicates the job on line {seen[job.name]}"
+            )
+        seen[job.name] = line
+        jobs.append(job)
+    return JobsFile(path=source, jobs=tuple(sorted(jobs, key=lambda j: (j.submit_s, j.name))))
+
+
+def _job(
+    entry: dict[str, Any], defaults: dict[str, Any], source: str, k: int, known_apps: tuple[str, ...] | None
+) -> RuntimeJob:
+    lines: dict[str, int] = entry["__lines__"]
+
+    def where(field: str) -> str:
+        line = lines.get(field, defaults.get("__lines__", {}).get(field, entry["__line__"]))
+        return f"{source}:{line}: jobs[{k}].{field}"
+
+    for key in list(entry) + list(defaults):
+        if key not in _FIELDS and key not in ("__line__", "__lines__"):
+            raise OakInputError(f"{where(key)}: unknown field; expected one of {', '.join(_FIELDS)}")
+
+    def get(field: str, default: Any = ...) -> Any:
+        if field in entry:
+            return entry[field]
+        if field in defaults:
+            return defaults[field]
+        if default is ...:
+            raise OakInputError(f"{where(field)}: missing (required)")
+        return default
+
+    def integer(field: str, minimum: int, default: Any = ...) -> int:
+        v = get(field, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise OakInputError(f"{where(field)}={v!r}: expected an integer >= {minimum}")
+        return int(v)
+
+    def number(field: str, minimum: float, default: Any = ..., strict: bool = False) -> float:
+        v = get(field, default)
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(float(v))
+        if not ok or (float(v) <= minimum if strict else float(v) < minimum):
+            rel = ">" if strict else ">="
+            raise OakInputError(f"{where(field)}={v!r}: expected a finite number {rel} {minimum:g}")
+        return float(v)
+
+    name = get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise OakInputError(
+            f"{where('name')}={name!r}: expected 1-64 characters of letters, digits, '-', '_', '.', "
+            "starting with a letter or digit"
+        )
+    model = get("model")
+    if model not in MODELS:
+        raise OakInputError(f"{where('model')}={model!r}: expected one of {', '.join(MODELS)}")
+    target = integer("target_steps", 1)
+    lo = integer("min_gpus", 1, 1)
+    hi = integer("max_gpus", 1, lo)
+    if hi < lo:
+        raise OakInputError(f"{where('max_gpus')}={hi}: expected >= min_gpus ({lo})")
+    submit = number("submit_s", 0.0, 0.0)
+    batch = integer("batch_size", 1, 128)
+    if batch < hi:
+        raise OakInputError(
+            f"{where('batch_size')}={batch}: expected >= max_gpus ({hi}) so that every device gets a sample"
+        )
+    ckpt = integer("ckpt_every", 1, 50)
+    penalty = number("restart_penalty_s", 0.0, 30.0)
+    app = get("application", DEFAULT_APPLICATION[model])
+    if not isinstance(app, str) or (known_apps is not None and app not in known_apps):
+        expected = ", ".join(known_apps) if known_apps is not None else "a catalog application name"
+        raise OakInputError(f"{where('application')}={app!r}: expected one of {expected}")
+    width = number("width_mult", 0.0, 1.0, strict=True)
+    data = get("data", None)
+    if data is not None and not isinstance(data, str):
+        raise OakInputError(f"{where('data')}={data!r}: expected a directory path")
+    return RuntimeJob(
+        name=name,
+        model=model,
+        target_steps=target,
+        min_gpus=lo,
+        max_gpus=hi,
+        submit_s=submit,
+        batch_size=batch,
+        ckpt_every=ckpt,
+        restart_penalty_s=penalty,
+        application=app,
+        width_mult=width,
+        data=data,
+    )

@@ -1,0 +1,439 @@
+"""The runtime scheduler of ``oak run``: the simulator's rounds, enacted on real training processes.
+
+Each round (every ``round_s`` seconds, and at once when a job arrives, finishes or fails) builds the same
+:class:`~oak.model.snapshot.RoundSnapshot` the simulator builds (``Simulator.snapshot`` over a
+:class:`~oak.sim.simulator.JobsState`), with T_progress, T_ckpt and T_queue *measured* here, calls the same
+policy object, validates and places its allocation with the simulator's own code, then enacts it: jobs whose
+devices change are stopped with SIGTERM (they checkpoint and exit) and started again on their new devices,
+resuming from their newest valid checkpoint.
+
+Measurement (seconds of the run clock, between scheduler ticks of ``tick_s``):
+
+* a job *restores* from the moment it is launched until its worker reports a step beyond the one it resumed
+  from: that time, plus the time its workers take to checkpoint and exit when stopped, is T_ckpt;
+* a job *runs* while its worker is past that point: T_progress;
+* T_queue: waiting (arrived, no devices) or restoring, as in the simulator.
+
+Progress is mapped onto the scoring application's scale: ``progress = step / target_steps × total`` so that the
+goodput model's epoch and the snapshot's remaining work follow the real job.
+
+Failures: in grid interval k a running job is killed with SIGKILL at k·round_s + round_s·v if u < λ, with
+(u, v) the simulator's counter-based uniforms for (seed, job, k) — the same failure stream the simulator draws
+for that workload and seed. Workers that die on their own are failures too.
+
+State is committed to ``RUN_DIR/state.sqlite`` (:mod:`oak.runtime.store`) on every change, so a scheduler
+killed at any point resumes with ``oak run`` on the same run directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oak.catalog import Catalog
+from oak.errors import OakInputError
+from oak.model.cluster import Cluster, homogeneous_cluster
+from oak.model.job import JobSpec
+from oak.policies.base import Policy
+from oak.runtime.executor import Executor, Launch, LocalExecutor
+from oak.runtime.jobs_file import JobsFile, RuntimeJob
+from oak.runtime.store import JobRecord, RunStore
+from oak.sim import rng
+from oak.sim.metrics import JobResult, RunResult
+from oak.sim.simulator import JobsState, Simulator
+from oak.workloads import Workload
+
+Progress = Callable[[float, int, int], None]
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """Run settings. ``devices``: CPU slots or GPUs the scheduler owns (one node of that many);
+    ``profile_type``: the catalog GPU type whose goodput model scores allocations; ``round_s``: seconds per
+    round; ``tick_s``: polling interval (s); ``stop_timeout_s``: wait for a checkpointing stop before SIGKILL;
+    ``time_limit_s``: stop the run (unfinished jobs reported) after this many seconds of run clock."""
+
+    devices: int
+    device_kind: str = "cpu"
+    profile_type: str = "aws"
+    failure_rate: float = 0.0
+    round_s: float = 60.0
+    seed: int = 0
+    tick_s: float = 0.2
+    stop_timeout_s: float = 60.0
+    time_limit_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
+            raise OakInputError(f"devices={self.devices!r}: expected a positive integer (CPU slots or GPUs)")
+        if self.device_kind not in ("cpu", "gpu"):
+            raise OakInputError(f"device_kind={self.device_kind!r}: expected 'cpu' or 'gpu'")
+        if not (math.isfinite(self.failure_rate) and 0.0 <= self.failure_rate <= 1.0):
+            raise OakInputError(f"failure rate {self.failure_rate!r}: expected a probability in [0, 1]")
+        for name in ("round_s", "tick_s", "stop_timeout_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise OakInputError(f"{name}={v!r}: expected a positive number of seconds")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise OakInputError(f"time_limit_s={self.time_limit_s!r}: expected a positive number of seconds")
+
+
+def runtime_cluster(opts: RuntimeOptions) -> Cluster:
+    """One node holding the run's devices, scored with ``profile_type``'s goodput model."""
+    return homogeneous_cluster(opts.profile_type, 1, opts.devices, name=f"{opts.devices}-{opts.device_kind}")
+
+
+@dataclass
+class _Live:
+    """Per-run scratch: failure times already fired, the last decision interval."""
+
+    fired: set[tuple[int, int]] = field(default_factory=set)
+    last_round_k: int = -1
+
+
+class RuntimeScheduler:
+    """Schedules the jobs of ``jobs`` on ``opts.devices`` devices with ``policy`` in ``run_dir``."""
+
+    def __init__(
+        self,
+        jobs: JobsFile,
+        policy: Policy,
+        run_dir: str | Path,
+        opts: RuntimeOptions,
+        executor: Executor | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
+        self.jobs = jobs.jobs
+        self.policy = policy
+        self.opts = opts
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.executor: Executor = (
+            executor if executor is not None else LocalExecutor("gpu" if opts.device_kind == "gpu" else "cpu")
+        )
+        self.catalog = catalog if catalog is not None else Catalog.load()
+        workload = Workload(
+            name=Path(jobs.path).stem,
+            jobs=tuple(
+                JobSpec(
+                    name=j.name,
+                    application=j.application,
+                    submit_time_s=j.submit_s,
+                    min_gpus=j.min_gpus,
+                    max_gpus=j.max_gpus,
+                    restart_penalty_s=j.restart_penalty_s,
+                    batch_size=j.batch_size,
+                )
+                for j in self.jobs
+            ),
+        )
+        self.model = Simulator(workload, runtime_cluster(opts), self.catalog)
+        self.names = [j.name for j in self.jobs]
+        self.keys = np.array([rng.job_key(n) for n in self.names], dtype=np.uint64)
+        self.store = RunStore(self.run_dir / "state.sqlite")
+        self.decision_ms: list[float] = []
+        self._live = _Live()
+
+    # ------------------------------------------------------------------ paths
+    def job_dir(self, job: RuntimeJob) -> Path:
+        """``RUN_DIR/jobs/NAME``: the only place the job's workers write."""
+        return self.run_dir / "jobs" / job.name
+
+    def _fingerprint(self) -> str:
+        text = repr((self.jobs, self.policy.name, self.opts.seed, self.opts.devices, self.opts.profile_type))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    # ------------------------------------------------------------------ run
+    def run(self, progress: Progress | None = None) -> RunResult:
+        """Run until every job is done (or the time limit); returns the same metrics as ``oak simulate``."""
+        wall0 = time.perf_counter()
+        records, start_wall = self._open()
+        st = JobsState.initial(np.array([j.submit_s for j in self.jobs], dtype=np.float64))
+        last = time.time() - start_wall
+        decide = True
+        try:
+            while True:
+                now = time.time() - start_wall
+                dt = max(0.0, now - last)
+                last = now
+                changed = self._observe(records, now, dt)
+                changed |= self._inject_failures(records, now)
+                if changed:
+                    decide = True
+                newly = [r for j, r in zip(self.jobs, records, strict=True) if not r.arrived and j.submit_s <= now]
+                for r in newly:
+                    r.arrived = True
+                    decide = True
+                k = math.floor(now / self.opts.round_s)
+                if k != self._live.last_round_k:
+                    decide = True
+                if all(r.done for r in records):
+                    break
+                if self.opts.time_limit_s is not None and now >= self.opts.time_limit_s:
+                    break
+                if decide and any(r.arrived and not r.done for r in records):
+                    self._decide(records, st, now)
+                    self._live.last_round_k = k
+                    decide = False
+                self.store.save(records, {"last_tick_s": now})
+                if progress is not None:
+                    progress(now, sum(r.done for r in records), len(records))
+                time.sleep(self.opts.tick_s)
+        finally:
+            self.executor.shutdown()
+            self.store.save(records, {"last_tick_s": time.time() - start_wall})
+        end = time.time() - start_wall
+        return self._result(records, end, time.perf_counter() - wall0)
+
+    def _open(self) -> tuple[list[JobRecord], float]:
+        """Fresh records, or the committed ones of an interrupted run in the same directory."""
+        meta = self.store.meta()
+        fp = self._fingerprint()
+        if meta:
+            if meta.get("fingerprint") != fp:
+                raise OakInputError(
+                    f"{self.run_dir}: holds a run of other jobs, policy, seed or devices; use a new --run-dir"
+                )
+            saved = self.store.jobs()
+            records = [saved.get(n, JobRecord(n)) for n in self.names]
+            for r in records:
+                self._reap_orphans(r)
+            self.store.save(records, {"resumed": int(meta.get("resumed", 0)) + 1})
+            return records, float(meta["start_wall"])
+        records = [JobRecord(n) for n in self.names]
+        start = time.time()
+        self.store.save(records, {"fingerprint": fp, "start_wall": start, "policy": self.policy.name})
+        return records, start
+
+    def _reap_orphans(self, r: JobRecord) -> None:
+        """After a scheduler crash: SIGKILL the job's recorded workers if they still run (checked through
+        /proc: the process must be an ``oak.runtime.worker`` of this job's directory), and mark it unplaced."""
+        job_dir = str(self.run_dir / "jobs" / r.name)
+        for pid in r.pids:
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"oak.runtime.worker" in cmd and job_dir.encode() in cmd:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                _wait_gone(pid, 10.0)
+        if r.pids:
+            done = (self.run_dir / "jobs" / r.name / "done").is_file()
+            if done and not r.done:
+                r.done = True
+                r.finish_s = r.finish_s if r.finish_s is not None else r.launched_at_s
+            r.pids, r.devices, r.config, r.shape, r.ready, r.launched_at_s = [], [], -1, -1, False, None
+
+    # ------------------------------------------------------------------ measure
+    def _observe(self, records: list[JobRecord], now: float, dt: float) -> bool:
+        """Account dt to each job's counters and poll its workers; True if a job finished or failed."""
+        changed = False
+        for job, r in zip(self.jobs, records, strict=True):
+            if r.done or not r.arrived:
+                continue
+            g = len(r.devices)
+            if r.launched_at_s is None:
+                r.t_queue_s += dt
+                continue
+            r.gpu_s += g * dt
+            status = self.executor.status(job.name)
+            pids = self.executor.pids(job.name)
+            if status is not None and pids and status.get("pid") == pids[0]:
+                step = int(status.get("step", r.step))
+                if not r.ready and (step > r.launch_step or bool(status.get("done"))):
+                    r.ready = True
+                r.step = max(r.step, step) if r.ready else r.step
+            if r.ready:
+                r.t_progress_s += dt
+            else:
+                r.t_ckpt_s += dt
+                r.t_queue_s += dt
+                r.gpu_s_lost += g * dt
+            state = self.executor.state(job.name)
+            if state == "done":
+                self.executor.kill(job.name)
+                r.step = job.target_steps
+                r.devices, r.pids, r.config, r.shape, r.ready, r.launched_at_s = [], [], -1, -1, False, None
+                r.done, r.finish_s = True, now
+                changed = True
+            elif state in ("failed", "stopped"):
+                self.executor.kill(job.name)
+                self._release(job, r)
+                if state == "failed":
+                    r.failures += 1
+                changed = True
+        return changed
+
+    def _release(self, job: RuntimeJob, r: JobRecord) -> None:
+        r.devices, r.pids, r.config, r.shape, r.ready, r.launched_at_s = [], [], -1, -1, False, None
+        self._read_step(job, r)
+
+    def _read_step(self, job: RuntimeJob, r: JobRecord) -> None:
+        """Set the job's step to its newest checkpoint's (a file with its checksum sidecar): what a restart
+        resumes from. The worker verifies the checksum; a corrupt newest file makes it resume earlier, which
+        its first status report then shows."""
+        r.step = min(newest_checkpoint_step(self.job_dir(job)), job.target_steps)
+
+    def _inject_failures(self, records: list[JobRecord], now: float) -> bool:
+        lam = self.opts.failure_rate
+        if lam <= 0:
+            return False
+        k = math.floor(now / self.opts.round_s)
+        u = rng.uniforms(self.opts.seed, rng.STREAM_FAILURE, self.keys, k)
+        v = rng.uniforms(self.opts.seed, rng.STREAM_FAILURE_OFFSET, self.keys, k)
+        hit = False
+        for i, (job, r) in enumerate(zip(self.jobs, records, strict=True)):
+            at = (k + v[i]) * self.opts.round_s
+            if r.launched_at_s is None or u[i] >= lam or now < at or (i, k) in self._live.fired:
+                continue
+            self._live.fired.add((i, k))
+            self.executor.kill(job.name)
+            self._release(job, r)
+            r.failures += 1
+            hit = True
+        return hit
+
+    # ------------------------------------------------------------------ decide
+    def _fill_state(self, records: list[JobRecord], st: JobsState) -> None:
+        total = self.model.total
+        for i, (job, r) in enumerate(zip(self.jobs, records, strict=True)):
+            st.arrived[i] = r.arrived
+            st.done[i] = r.done
+            st.progress[i] = min(r.step / job.target_steps, 1.0) * total[i]
+            st.t_progress[i], st.t_ckpt[i], st.t_queue[i] = r.t_progress_s, r.t_ckpt_s, r.t_queue_s
+            st.restarts[i], st.failures[i], st.started[i] = r.restarts, r.failures, r.started
+            st.gpu_s[i], st.gpu_lost[i] = r.gpu_s, r.gpu_s_lost
+            st.config[i], st.shape[i] = r.config, r.shape
+            st.gpus[i] = tuple(r.devices)
+            st.restore_left[i] = 1.0 if (r.launched_at_s is not None and not r.ready) else 0.0
+
+    def _decide(self, records: list[JobRecord], st: JobsState, now: float) -> None:
+        self._fill_state(records, st)
+        active = np.flatnonzero(st.arrived & ~st.done)
+        snap = self.model.snapshot(st, now, active, bool(getattr(self.policy, "needs_node_goodput", False)))
+        start = time.perf_counter()
+        alloc = self.policy.decide(snap)
+        ms = (time.perf_counter() - start) * 1e3
+        self.decision_ms.append(ms)
+        st.policy_state = alloc.state
+        shapes, placed = self.model.plan(snap, alloc, self.policy.name, st, active)
+        stops: list[int] = []
+        starts: list[tuple[int, int, tuple[int, ...]]] = []
+        for pos, i in enumerate(active.tolist()):
+            new, devs = int(shapes[pos]), tuple(int(g) for g in placed[pos])
+            r = records[i]
+            if new == r.shape and devs == tuple(r.devices):
+                continue
+            if r.launched_at_s is not None:
+                stops.append(i)
+            if new >= 0:
+                starts.append((i, new, devs))
+        if stops:
+            t0 = time.perf_counter()
+            results = self.executor.stop([self.names[i] for i in stops], self.opts.stop_timeout_s)
+            spent = time.perf_counter() - t0
+            for i in stops:
+                r = records[i]
+                r.t_ckpt_s += spent
+                r.t_queue_s += spent
+                self._release(self.jobs[i], r)
+                if results.get(self.names[i]) == "done":
+                    r.done, r.finish_s = True, now + spent
+                elif results.get(self.names[i]) == "failed":
+                    r.failures += 1
+        for i, shape, devs in starts:
+            r = records[i]
+            if r.done:
+                continue
+            job = self.jobs[i]
+            self._read_step(job, r)
+            if r.started:
+                r.restarts += 1
+            r.started = True
+            r.incarnations += 1
+            self.executor.launch(Launch(job, self.job_dir(job), devs, self.opts.seed))
+            r.shape, r.config = shape, int(self.model.shape_config[shape])
+            r.devices = list(devs)
+            r.pids = self.executor.pids(job.name)
+            r.launched_at_s = now
+            r.launch_step = r.step
+            r.ready = False
+        allocation = {self.names[i]: records[i].devices for i in active.tolist()}
+        k = self.store.rounds()
+        self.store.save(records, None, (k, now, ms, _dumps(allocation)))
+
+    # ------------------------------------------------------------------ results
+    def _result(self, records: list[JobRecord], end: float, wall: float) -> RunResult:
+        jobs = tuple(
+            JobResult(
+                name=j.name,
+                application=j.application,
+                submit_s=j.submit_s,
+                jct_s=(r.finish_s - j.submit_s) if r.done and r.finish_s is not None else None,
+                restarts=r.restarts,
+                failures=r.failures,
+                t_progress_s=r.t_progress_s,
+                t_ckpt_s=r.t_ckpt_s,
+                t_queue_s=r.t_queue_s,
+                gpu_s_used=r.gpu_s,
+                gpu_s_lost=r.gpu_s_lost,
+            )
+            for j, r in zip(self.jobs, records, strict=True)
+        )
+        finishes = [r.finish_s for r in records if r.finish_s is not None]
+        first = min(j.submit_s for j in self.jobs)
+        last = max(finishes) if len(finishes) == len(records) else end
+        return RunResult(
+            policy=self.policy.name,
+            workload=Path(self.run_dir).name,
+            failure_rate=self.opts.failure_rate,
+            seed=self.opts.seed,
+            jobs=jobs,
+            decision_ms=tuple(self.decision_ms),
+            makespan_s=last - first,
+            end_time_s=end,
+            wall_s=wall,
+        )
+
+
+def _dumps(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, sort_keys=True)
+
+
+def newest_checkpoint_step(job_dir: Path) -> int:
+    """Largest step with a ``ckpt-<step>.pt`` and its ``.sha256`` sidecar in ``job_dir`` (0 if none)."""
+    best = 0
+    with contextlib.suppress(OSError):
+        for name in os.listdir(job_dir):
+            if name.startswith("ckpt-") and name.endswith(".pt") and name[5:-3].isdigit():
+                step = int(name[5:-3])
+                if step > best and (job_dir / f"ckpt-{name[5:-3]}.sha256").is_file():
+                    best = step
+    return best
+
+
+def _wait_gone(pid: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)

@@ -1,0 +1,115 @@
+"""Durable scheduler state of ``oak run``: one SQLite database (WAL mode) in the run directory.
+
+Each scheduler tick that changes anything writes, in one transaction, every job's record (state, measured
+counters, devices, worker process ids) and each round's allocation. A scheduler killed at any instant leaves
+the last committed tick; ``oak run`` with the same run directory reads it back, kills the dead scheduler's
+orphaned workers and resumes every job from its newest valid checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (name TEXT PRIMARY KEY, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rounds (
+    k INTEGER PRIMARY KEY, time_s REAL NOT NULL, decision_ms REAL NOT NULL, allocation TEXT NOT NULL
+);
+"""
+
+
+@dataclass
+class JobRecord:
+    """What the scheduler knows of one job (seconds of the run clock; devices are global ids)."""
+
+    name: str
+    arrived: bool = False
+    done: bool = False
+    finish_s: float | None = None
+    step: int = 0
+    t_progress_s: float = 0.0
+    t_ckpt_s: float = 0.0
+    t_queue_s: float = 0.0
+    restarts: int = 0
+    failures: int = 0
+    started: bool = False
+    gpu_s: float = 0.0
+    gpu_s_lost: float = 0.0
+    config: int = -1
+    shape: int = -1
+    devices: list[int] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    launched_at_s: float | None = None
+    launch_step: int = 0
+    ready: bool = False
+    incarnations: int = 0
+
+    @classmethod
+    def from_json(cls, text: str) -> JobRecord:
+        return cls(**json.loads(text))
+
+
+class RunStore:
+    """The run directory's ``state.sqlite``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), isolation_level=None, timeout=30.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        path.chmod(0o600)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def meta(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
+
+    def set_meta(self, values: dict[str, Any]) -> None:
+        with self._tx():
+            for k, v in values.items():
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, json.dumps(v)))
+
+    def jobs(self) -> dict[str, JobRecord]:
+        return {n: JobRecord.from_json(r) for n, r in self._db.execute("SELECT name, record FROM jobs")}
+
+    def save(
+        self, records: list[JobRecord], meta: dict[str, Any] | None = None, rnd: tuple[Any, ...] | None = None
+    ) -> None:
+        """Commit the job records (and optionally meta values and one round) atomically."""
+        with self._tx():
+            for r in records:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO jobs VALUES (?, ?)", (r.name, json.dumps(asdict(r), sort_keys=True))
+                )
+            for k, v in (meta or {}).items():
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, json.dumps(v)))
+            if rnd is not None:
+                self._db.execute("INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?)", rnd)
+
+    def rounds(self) -> int:
+        row = self._db.execute("SELECT COUNT(*) FROM rounds").fetchone()
+        return int(row[0])
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self._db)
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")

@@ -1,0 +1,151 @@
+"""The runtime scheduler on real (tiny) PyTorch workers: completion, measured counters, crash recovery."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from oak.errors import OakInputError
+from oak.policies import make_policy
+from oak.runtime.jobs_file import parse_jobs
+from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
+
+TWO_JOBS = """
+jobs:
+  - {name: a, model: tiny, target_steps: 240, min_gpus: 1, max_gpus: 2, submit_s: 0, batch_size: 32,
+     ckpt_every: 20, restart_penalty_s: 10}
+  - {name: b, model: tiny, target_steps: 200, min_gpus: 1, max_gpus: 2, submit_s: 2, batch_size: 32,
+     ckpt_every: 20, restart_penalty_s: 10}
+"""
+
+
+def _steps_in_loss(job_dir: Path) -> set[int]:
+    with open(job_dir / "loss.csv", encoding="utf-8") as fh:
+        return {int(row["step"]) for row in csv.DictReader(fh)}
+
+
+def _check_done(run_dir: Path, targets: dict[str, int]) -> None:
+    for name, target in targets.items():
+        job_dir = run_dir / "jobs" / name
+        assert (job_dir / "done").is_file(), f"{name} has no done marker"
+        status = json.loads((job_dir / "status.json").read_text())
+        assert status["step"] == target and status["done"] is True
+        assert _steps_in_loss(job_dir) == set(range(1, target + 1))
+
+
+def test_jobs_complete_under_failures_and_counters_grow(tmp_path: Path) -> None:
+    jobs = parse_jobs(TWO_JOBS, "two.yaml")
+    runs = {}
+    for lam in (0.0, 0.5):
+        opts = RuntimeOptions(devices=2, failure_rate=lam, round_s=3.0, seed=3, tick_s=0.1, time_limit_s=400)
+        sched = RuntimeScheduler(jobs, make_policy("oak"), tmp_path / f"l{lam}", opts)
+        runs[lam] = sched.run()
+        _check_done(tmp_path / f"l{lam}", {"a": 240, "b": 200})
+    calm, stormy = runs[0.0], runs[0.5]
+    assert all(j.jct_s is not None for j in calm.jobs + stormy.jobs)
+    assert sum(j.failures for j in calm.jobs) == 0
+    assert sum(j.failures for j in stormy.jobs) >= 1
+    # measured restore/checkpoint time grows with the injected failures
+    assert sum(j.t_ckpt_s for j in stormy.jobs) > sum(j.t_ckpt_s for j in calm.jobs)
+    assert sum(j.restarts for j in stormy.jobs) > sum(j.restarts for j in calm.jobs)
+
+
+def test_single_job_jct_close_to_uninterrupted_run(tmp_path: Path) -> None:
+    """λ = 0, one job: the runtime's JCT is at most 2× the job's uninterrupted run plus one round and 10 s.
+
+    The round: a lone job's only configuration has normalised goodput 1, so U = 1 < μ_na = 1.1 and OAK admits
+    it once its age key lifts K·U above μ_na, at the first round after that (paper §VI's starvation guard).
+    The 10 s: worker start-up (importing torch) on a busy machine, polling every tick_s."""
+    from oak.runtime.launch import WorkerSpec, start_worker
+
+    spec = WorkerSpec(model="tiny", target_steps=300, batch_size=32, ckpt_every=50)
+    t0 = time.monotonic()
+    with start_worker(tmp_path / "direct", spec, 1, [0]) as h:
+        assert h.wait(300) == 0
+    direct = time.monotonic() - t0
+    text = "jobs:\n  - {name: solo, model: tiny, target_steps: 300, max_gpus: 1, batch_size: 32, ckpt_every: 50}\n"
+    opts = RuntimeOptions(devices=1, round_s=5.0, tick_s=0.1)
+    result = RuntimeScheduler(parse_jobs(text, "solo.yaml"), make_policy("oak"), tmp_path / "run", opts).run()
+    jct = result.jobs[0].jct_s
+    assert jct is not None
+    assert jct <= 2.0 * direct + 5.0 + 10.0, (jct, direct)
+
+
+def test_scheduler_sigkill_resumes_every_job(tmp_path: Path) -> None:
+    """SIGKILL the scheduler mid-run; a new scheduler on the same run directory reaps the orphaned workers
+    and finishes every job, each with exactly its target steps and no two incarnations at once."""
+    jobs_file = tmp_path / "jobs.yaml"
+    jobs_file.write_text(TWO_JOBS.replace("240", "400").replace("200", "360"))
+    run_dir = tmp_path / "run"
+    argv = [
+        sys.executable,
+        "-c",
+        "from oak.cli.main import main; main()",
+        "run",
+        str(jobs_file),
+        "--cpu-slots",
+        "2",
+        "--round-seconds",
+        "3",
+        "--failure-rate",
+        "0.2",
+        "--run-dir",
+        str(run_dir),
+    ]
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    db = run_dir / "state.sqlite"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait until both jobs have made progress
+        time.sleep(0.5)
+        if db.exists():
+            with sqlite3.connect(db) as con:
+                recs = [json.loads(r) for (r,) in con.execute("SELECT record FROM jobs")]
+            if len(recs) == 2 and all(r["step"] > 0 or r["done"] for r in recs):
+                break
+    assert first.poll() is None, "the scheduler ended before it could be killed"
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    orphans = [p for r in recs for p in r["pids"]]
+    second = subprocess.run(argv, capture_output=True, text=True, timeout=400)
+    assert second.returncode == 0, second.stdout + second.stderr
+    for pid in orphans:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    _check_done(run_dir, {"a": 400, "b": 360})
+    with sqlite3.connect(db) as con:
+        meta = dict(con.execute("SELECT key, value FROM meta"))
+    assert json.loads(meta["resumed"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("jobs: []\n", "two.yaml:1: 'jobs' must be a non-empty list"),
+        ("jobs:\n  - {name: a, model: big, target_steps: 5}\n", "jobs[0].model='big'"),
+        ("jobs:\n  - {name: a, model: tiny, target_steps: 0}\n", "jobs[0].target_steps=0"),
+        ("jobs:\n  - {name: a, model: tiny, target_steps: 5, min_gpus: 3, max_gpus: 2}\n", "expected >= min_gpus"),
+        (
+            "jobs:\n  - {name: a, model: tiny, target_steps: 5}\n  - {name: a, model: tiny, target_steps: 5}\n",
+            "duplicates",
+        ),
+        ("jobs:\n  - {name: a, model: tiny, target_steps: 5, submit_s: -1}\n", "jobs[0].submit_s=-1"),
+        ("jobs:\n  - {name: a, model: tiny, target_steps: 5, colour: red}\n", "unknown field"),
+        ("jobs:\n  - {name: ../x, model: tiny, target_steps: 5}\n", "jobs[0].name='../x'"),
+        ("jobs: [\n", "not valid YAML"),
+    ],
+)
+def test_jobs_file_errors_name_line_and_field(text: str, expected: str) -> None:
+    with pytest.raises(OakInputError, match=None) as exc:
+        parse_jobs(text, "two.yaml", ("cifar10",))
+    assert expected in str(exc.value)
+    assert str(exc.value).startswith("two.yaml")

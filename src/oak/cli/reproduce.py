@@ -24,6 +24,11 @@ def reproduce(
     address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")] = None,
     workers: Annotated[int | None, typer.Option(help="Parallel simulations (default: CPU count).")] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the experiments and exit.")] = False,
+    scale: Annotated[
+        str, typer.Option(help="table4 only: small (CPU, minutes) or full (the paper's sizes).")
+    ] = "small",
+    cpu_slots: Annotated[int | None, typer.Option(help="table4 only: CPU worker slots as devices (default 4).")] = None,
+    gpus: Annotated[str | None, typer.Option(help="table4 only: 'auto' or a GPU count instead of CPU slots.")] = None,
 ) -> None:
     """Run the paper's experiments (resuming what is stored in OUT) and write the paper-vs-ours report."""
     from oak.reproduce.experiments import EXPERIMENTS, SeedPlan
@@ -34,6 +39,10 @@ def reproduce(
     if list_:
         for e in EXPERIMENTS.values():
             console.print(f"{e.name:18} {e.paper_ref:16} {e.title}")
+        console.print(f"{'table4':18} {'§V-F Table IV':16} real training processes (oak run), not part of 'all'")
+        return
+    if experiment == "table4":
+        _table4(out, scale, cpu_slots, gpus, seeds)
         return
     if seeds is not None and paper_seeds:
         _fail("--seeds and --paper-seeds: give one or the other")
@@ -60,3 +69,39 @@ def reproduce(
     wall = time.perf_counter() - start
     report = write_report(out, names, plan, store, wall_s=wall)
     console.print(f"simulated {len(todo)} runs in {wall:,.0f} s; report: {report} and {report.with_suffix('.html')}")
+
+
+def _table4(out: Path, scale: str, cpu_slots: int | None, gpus: str | None, seeds: int | None) -> None:
+    """``oak reproduce table4``: the four-job experiment on real workers (see oak.reproduce.table4)."""
+    from oak.cli.run import _gpu_count
+    from oak.reproduce.table4 import POLICIES, RATES, SCALES, run_table4, write_table4_report
+
+    if scale not in SCALES:
+        _fail(f"--scale {scale!r}: expected one of {', '.join(SCALES)}")
+    if cpu_slots is not None and gpus is not None:
+        _fail("give at most one of --cpu-slots and --gpus")
+    if seeds is not None and seeds < 1:
+        _fail(f"--seeds {seeds}: expected a positive integer")
+    if gpus is not None:
+        devices, kind = _gpu_count(gpus), "gpu"
+    else:
+        devices, kind = (cpu_slots if cpu_slots is not None else 4), "cpu"
+        if devices < 1:
+            _fail(f"--cpu-slots {devices}: expected a positive integer")
+    n_seeds = seeds if seeds is not None else 1
+    total = len(POLICIES) * len(RATES) * n_seeds
+    console.print(
+        f"table4 at scale {scale}: {total} runs ({len(POLICIES)} policies × λ {', '.join(f'{r:g}' for r in RATES)} × "
+        f"{n_seeds} seed(s)) on {devices} {kind} devices"
+        + (" — CPU processes stand in for GPUs" if kind == "cpu" else "")
+    )
+    start = time.perf_counter()
+    with progress_bar() as bar:
+        task = bar.add_task("table4", total=total)
+        results = run_table4(
+            out, scale, devices, kind, seeds=n_seeds, progress=lambda key: bar.update(task, advance=1, description=key)
+        )
+    wall = time.perf_counter() - start
+    path = write_table4_report(out, results, scale, f"{devices} {kind}", wall)
+    console.print(path.read_text(encoding="utf-8"))
+    console.print(f"report: {path}")

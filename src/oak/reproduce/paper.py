@@ -43,6 +43,23 @@ TABLE3: dict[tuple[str, float, str], tuple[float, float, float, float, float, fl
     ("congestion", 0.1, "(d) Full OAK"): (65567, 239607, 282102, 302300, 303728, 564),
 }
 
+#: Table IV (§V-F, 4 V100 GPUs, ResNet-18/CIFAR-10, 3 seeds): (policy, λ) -> (mean JCT, σ across seeds,
+#: max JCT, decision ms, restarts per job). The paper's "Sia" is its goodput-only reading, our ``goodput``.
+TABLE4: dict[tuple[str, float], tuple[float, float, float, float, float]] = {
+    ("goodput", 0.0): (257.8, 17.3, 500.6, 0.04, 0.0),
+    ("goodput", 0.05): (305.1, 35.2, 567.4, 0.05, 1.3),
+    ("goodput", 0.1): (487.6, 132.4, 712.0, 0.05, 4.7),
+    ("oak", 0.0): (263.2, 15.0, 501.4, 0.05, 0.0),
+    ("oak", 0.05): (281.4, 24.8, 529.6, 0.05, 0.7),
+    ("oak", 0.1): (297.3, 51.2, 511.8, 0.06, 2.0),
+    ("pollux", 0.0): (175.0, 3.5, 245.0, 1411.0, 0.0),
+    ("pollux", 0.05): (190.0, 5.0, 265.0, 1405.0, 0.7),
+    ("pollux", 0.1): (180.0, 12.0, 244.0, 1454.0, 2.7),
+    ("hybrid-oak", 0.0): (180.0, 0.4, 251.6, 254.0, 0.0),
+    ("hybrid-oak", 0.05): (195.2, 1.6, 271.0, 205.0, 0.7),
+    ("hybrid-oak", 0.1): (184.2, 9.4, 248.9, 224.0, 2.7),
+}
+
 #: §V-E and Table IV: mean decision time per round (ms) reported by the paper.
 DECISION_MS: dict[str, float] = {"oak": 7.65, "goodput": 7.53, "pollux": 9909.0, "hybrid-oak": 285.0}
 

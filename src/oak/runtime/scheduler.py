@@ -161,8 +161,10 @@ class RuntimeScheduler:
         st = JobsState.initial(np.array([j.submit_s for j in self.jobs], dtype=np.float64))
         last = time.time() - start_wall
         decide = True
+        self.interrupted = False
+        previous = self._install_stop_handlers()
         try:
-            while True:
+            while not self.interrupted:
                 now = time.time() - start_wall
                 dt = max(0.0, now - last)
                 last = now
@@ -190,10 +192,38 @@ class RuntimeScheduler:
                     progress(now, sum(r.done for r in records), len(records))
                 time.sleep(self.opts.tick_s)
         finally:
+            self._stop_all(records, time.time() - start_wall)
             self.executor.shutdown()
             self.store.save(records, {"last_tick_s": time.time() - start_wall})
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         end = time.time() - start_wall
         return self._result(records, end, time.perf_counter() - wall0)
+
+    def _install_stop_handlers(self) -> dict[int, Any]:
+        """SIGTERM/SIGINT end the run at the next tick: running jobs are stopped with a checkpoint and the
+        state is committed, so ``oak run`` on the same run directory resumes it (main thread only)."""
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum: int, frame: Any) -> None:
+            self.interrupted = True
+
+        return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def _stop_all(self, records: list[JobRecord], now: float) -> None:
+        """Stop every running job gracefully (checkpoint, exit) and record it as not placed."""
+        running = [i for i, r in enumerate(records) if r.launched_at_s is not None]
+        if not running:
+            return
+        results = self.executor.stop([self.names[i] for i in running], self.opts.stop_timeout_s)
+        for i in running:
+            r = records[i]
+            self._release(self.jobs[i], r)
+            if results.get(self.names[i]) == "done":
+                r.done, r.finish_s = True, now
 
     def _open(self) -> tuple[list[JobRecord], float]:
         """Fresh records, or the committed ones of an interrupted run in the same directory."""
@@ -369,7 +399,12 @@ class RuntimeScheduler:
             r.launched_at_s = now
             r.launch_step = r.step
             r.ready = False
-        allocation = {self.names[i]: records[i].devices for i in active.tolist()}
+        allocation: dict[str, Any] = {self.names[i]: records[i].devices for i in active.tolist()}
+        reconcile = getattr(self.executor, "reconcile", None)
+        if reconcile is not None:  # e.g. RayExecutor: what Ray runs vs. what this round intends
+            issues = reconcile({n: tuple(d) for n, d in allocation.items() if d})
+            if issues:
+                allocation["_reconcile"] = list(issues)  # job names cannot start with '_'
         k = self.store.rounds()
         self.store.save(records, None, (k, now, ms, _dumps(allocation)))
 

@@ -95,9 +95,10 @@ def run_jobs(
         run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
     )
     executor = None
-    del address
     if backend == "ray":
-        _fail("--backend ray: not available yet")
+        from oak.runtime.ray_executor import RayExecutor
+
+        executor = RayExecutor(address=address, device_kind=kind, devices=devices)
     sched = RuntimeScheduler(jobs, pol, directory, opts, executor=executor, catalog=catalog)
     err_console.print(f"run directory: {directory}")
     from oak.cli.main import progress_bar
@@ -115,6 +116,9 @@ def run_jobs(
     if json_path is not None:
         write_json(json_path, result.to_json())
         console.print(f"wrote {json_path}")
+    if sched.interrupted:
+        err_console.print(f"interrupted: jobs stopped after a checkpoint; resume with --run-dir {directory}")
+        raise typer.Exit(code=130)
 
 
 def _gpu_count(spec: str) -> int:

@@ -1,0 +1,532 @@
+"""The Ray executor of ``oak run --backend ray``: each job incarnation as a placement group of rank actors.
+
+One placement group per incarnation holds one bundle per rank (``{"GPU": 1}`` on real GPUs, else
+``{"oak_slot": 1}``: a custom resource that stands for a CPU worker slot, or for a GPU on a cluster without
+GPUs). In each bundle a small threaded actor (:class:`_RankActor`) starts the packaged worker,
+``python -m oak.runtime.worker ...``, as a child process, exactly as :mod:`oak.runtime.launch` does locally,
+so the checkpoint, stop (SIGTERM → checkpoint → exit 0) and status semantics are the same. The child dies
+with its actor (``PR_SET_PDEATHSIG``), so killing an actor, or losing its node, kills the rank.
+
+Rendezvous: rank 0's node IP is the master address (``127.0.0.1`` when every rank is on one node); rank 0's
+actor picks a free port there. The job directory is passed as an absolute path: on a multi-node cluster the
+run directory must be on a filesystem every node shares (checkpoints, ``status.json``, logs).
+
+Every wait is bounded: the reservation (``pg.wait``), actor start, worker start, stop and kill.
+A job is ``failed`` when a rank exits non-zero, or its actor dies (``ray.kill``, a crash, node loss);
+``done`` when every rank exits 0 and the ``done`` marker exists; ``stopped`` when they exit 0 without it.
+
+:meth:`RayExecutor.reconcile` compares the scheduler's intended allocation with what Ray runs (this run's
+placement groups in ``placement_group_table``, the executor's live rank actors), reports each discrepancy and
+removes whatever Ray runs for this run that is not intended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oak.errors import OakInputError
+from oak.runtime.executor import JobState, Launch, worker_spec
+from oak.runtime.launch import DONE_FILE, STATUS_FILE, free_port
+
+try:
+    import ray
+    from ray.exceptions import GetTimeoutError, RayError
+    from ray.util.placement_group import (
+        PlacementGroup,
+        placement_group,
+        placement_group_table,
+        remove_placement_group,
+    )
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    _RAY: Any = ray  # untyped parts of Ray's API (cluster_resources, nodes, ...), called through Any
+    _RAY_IMPORT_ERROR: ImportError | None = None
+except ImportError as _exc:  # pragma: no cover - exercised only without Ray
+    _RAY_IMPORT_ERROR = _exc
+
+SLOT_RESOURCE = "oak_slot"
+"""Custom Ray resource of one device slot (a CPU worker slot, or a stand-in GPU)."""
+GPU_RESOURCE = "GPU"
+PG_PREFIX = "oak"
+"""Placement groups are named ``oak:<run tag>:<job>:<nonce>`` (the run tag hashes the run directory)."""
+KILL_WAIT_S = 10.0
+"""Bound on waiting for SIGKILLed ranks to be reaped."""
+_DIED = -(10**6)
+"""Pseudo exit code of a rank whose actor died (killed, crashed, node lost)."""
+_PR_SET_PDEATHSIG = 1
+
+
+# ---------------------------------------------------------------------------------------------- the actor
+def _die_with_parent(parent_pid: int) -> Any:
+    """preexec_fn: the child gets SIGKILL when the thread that started it (and so its actor) dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: nothing to import or lock in the child
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+class _RankActor:
+    """Runs one rank's worker process inside its placement-group bundle (a threaded actor: ``wait_exit``
+    blocks one thread while ``send`` and ``kill_worker`` arrive on others)."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._started = threading.Event()
+        self._exited = threading.Event()
+        self._code: int | None = None
+        self._error: str | None = None
+
+    def node_ip(self) -> str:
+        return str(_RAY.util.get_node_ip_address())
+
+    def pick_port(self, addr: str) -> int:
+        return free_port(addr)
+
+    def start(self, args: list[str], env: dict[str, str], log_path: str, ray_gpus: bool, timeout_s: float) -> int:
+        """Start ``python -m oak.runtime.worker ARGS`` with ``env`` added; returns its pid."""
+        if self._proc is not None or self._error is not None:
+            raise RuntimeError("this rank actor already started its worker")
+        full_env = dict(os.environ)
+        full_env.update(env)
+        if ray_gpus:
+            full_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in ray.get_gpu_ids())
+        argv = [sys.executable, "-m", "oak.runtime.worker", *args]
+        # The thread that forks the child lives exactly as long as the child: PDEATHSIG follows the thread.
+        threading.Thread(target=self._own, args=(argv, full_env, log_path), daemon=True).start()
+        if not self._started.wait(timeout_s):
+            raise RuntimeError(f"the worker did not start within {timeout_s:g} s")
+        if self._error is not None or self._proc is None:
+            raise RuntimeError(f"cannot start the worker: {self._error}")
+        return self._proc.pid
+
+    def _own(self, argv: list[str], env: dict[str, str], log_path: str) -> None:
+        try:
+            fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+                os.write(fd, f"=== {stamp} start (ray actor pid {os.getpid()}): {argv[1:]}\n".encode())
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=fd,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    close_fds=True,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent(os.getpid()),  # only prctl in the child
+                )
+            finally:
+                os.close(fd)
+        except BaseException as exc:
+            self._error = f"{type(exc).__name__}: {exc}"
+            self._code = _DIED
+            self._started.set()
+            self._exited.set()
+            return
+        self._proc = proc
+        self._started.set()
+        self._code = proc.wait()
+        self._exited.set()
+
+    def wait_exit(self) -> int:
+        """Block until the worker exits; its exit status (negative: killed by that signal)."""
+        self._exited.wait()
+        return _DIED if self._code is None else self._code
+
+    def send(self, sig: int) -> None:
+        """Signal the worker if it still runs (SIGTERM: checkpoint and exit 0)."""
+        if self._proc is not None and not self._exited.is_set():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._proc.pid, sig)
+
+    def kill_worker(self, timeout_s: float) -> int | None:
+        """SIGKILL the worker and wait up to ``timeout_s`` s for it to be reaped; its exit status."""
+        self.send(signal.SIGKILL)
+        self._exited.wait(timeout_s)
+        return self._code
+
+
+# ---------------------------------------------------------------------------------------------- the executor
+@dataclass
+class _Incarnation:
+    """One launched incarnation of a job: its placement group, rank actors, worker pids and exit codes."""
+
+    name: str
+    job_dir: Path
+    pg: Any
+    pg_name: str
+    actors: list[Any]
+    pids: list[int]
+    runs: dict[Any, int]  # ObjectRef of wait_exit → rank
+    codes: dict[int, int] = field(default_factory=dict)
+    final: JobState | None = None
+    released: bool = False
+
+
+def _check_reachable(address: str, timeout_s: float) -> None:
+    """Fail fast on a ``HOST:PORT`` nobody listens on (``ray.init`` would retry for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address or not host:
+        return  # "auto", "ray://...": left to ray.init
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise OakInputError(
+            f"--address {address}: no Ray head answers there within {timeout_s:g} s ({exc}); start it with "
+            "'ray start --head' or fix the address"
+        ) from exc
+
+
+def _cuda_gpus() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count())
+
+
+class RayExecutor:
+    """Runs each job's ranks as Ray actors in one placement group per incarnation (see the module doc).
+
+    ``address``: a running cluster (``HOST:6379``, ``auto``); None starts a local Ray that declares the
+    ``devices`` slots (GPUs when ``device_kind`` is ``gpu`` and CUDA GPUs exist, else ``oak_slot``). A Ray
+    already initialised in this process is used as it is (and not shut down). ``wait_timeout_s`` bounds each
+    wait for a reservation, an actor or a worker start. ``ray_init_kwargs`` are added to ``ray.init``.
+    """
+
+    def __init__(
+        self,
+        address: str | None,
+        device_kind: str,
+        devices: int,
+        *,
+        wait_timeout_s: float = 60.0,
+        ray_init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if _RAY_IMPORT_ERROR is not None:
+            raise OakInputError("--backend ray needs Ray: pip install 'oak-scheduler[ray]'") from _RAY_IMPORT_ERROR
+        if device_kind not in ("cpu", "gpu"):
+            raise OakInputError(f"device_kind={device_kind!r}: expected 'cpu' or 'gpu'")
+        if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+            raise OakInputError(f"devices={devices!r}: expected a positive integer")
+        if not wait_timeout_s > 0:
+            raise OakInputError(f"wait_timeout_s={wait_timeout_s!r}: expected a positive number of seconds")
+        self.device_kind: str = device_kind
+        self.devices = devices
+        self.wait_timeout_s = float(wait_timeout_s)
+        self._jobs: dict[str, _Incarnation] = {}
+        self._tag: str | None = None
+        self._started_ray = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if address:
+                kwargs["address"] = address
+            else:
+                gpus = _cuda_gpus() if device_kind == "gpu" else 0
+                kwargs["num_cpus"] = max(1, min(os.cpu_count() or 1, devices))
+                kwargs["num_gpus"] = gpus
+                kwargs["object_store_memory"] = 96 * 1024 * 1024
+                if not gpus:
+                    kwargs["resources"] = {SLOT_RESOURCE: devices}
+            kwargs.update(ray_init_kwargs or {})
+            if address:
+                _check_reachable(address, min(self.wait_timeout_s, 10.0))
+            try:
+                ray.init(**kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise OakInputError(
+                    f"cannot {'connect to Ray at ' + address if address else 'start Ray'}: {exc}"
+                ) from exc
+            self._started_ray = True
+        try:
+            total = _RAY.cluster_resources()
+            self._ray_gpus = device_kind == "gpu" and float(total.get(GPU_RESOURCE, 0.0)) >= 1.0
+            self.resource = GPU_RESOURCE if self._ray_gpus else SLOT_RESOURCE
+            have = float(total.get(self.resource, 0.0))
+            if have < devices:
+                how = (
+                    "start the nodes with GPUs visible"
+                    if self.resource == GPU_RESOURCE
+                    else f"start the nodes with: ray start --resources '{{\"{SLOT_RESOURCE}\": N}}'"
+                )
+                raise OakInputError(
+                    f"Ray cluster has {have:g} {self.resource!r} in all, fewer than the {devices} devices asked for; "
+                    + how
+                )
+        except BaseException:
+            self.shutdown()
+            raise
+        self._actor_cls = ray.remote(_RankActor)
+
+    # ------------------------------------------------------------------ launch
+    def _bundle(self) -> dict[str, float]:
+        return {self.resource: 1.0}
+
+    def _strategy(self, n: int) -> str:
+        """STRICT_PACK when some node can hold all ``n`` bundles, else PACK."""
+        best = 0.0
+        for node in _RAY.nodes():
+            if node.get("Alive"):
+                best = max(best, float(node.get("Resources", {}).get(self.resource, 0.0)))
+        return "STRICT_PACK" if best >= n else "PACK"
+
+    def launch(self, item: Launch) -> None:
+        name = item.job.name
+        if name in self._jobs:
+            raise RuntimeError(f"job {name!r} is already running")
+        n = len(item.devices)
+        if n < 1:
+            raise OakInputError(f"job {name!r}: launched on no devices")
+        bundles = [self._bundle() for _ in range(n)]
+        total = float(_RAY.cluster_resources().get(self.resource, 0.0))
+        if n > total:
+            raise OakInputError(
+                f"job {name!r}: cannot reserve {n} bundle(s) of {self._bundle()}: the Ray cluster has {total:g} "
+                f"{self.resource!r} in all"
+            )
+        job_dir = Path(item.job_dir).resolve()
+        job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self._tag is None:  # the run directory (RUN_DIR/jobs/NAME) names this run's placement groups
+            self._tag = hashlib.sha256(str(job_dir.parent.parent).encode()).hexdigest()[:12]
+        pg_name = f"{PG_PREFIX}:{self._tag}:{name}:{uuid.uuid4().hex[:8]}"
+        strategy = self._strategy(n)
+        pg = placement_group(bundles, strategy=strategy, name=pg_name)
+        rec = _Incarnation(name, job_dir, pg, pg_name, [], [], {})
+        try:
+            if not pg.wait(self.wait_timeout_s):
+                raise RuntimeError(
+                    f"job {name!r}: Ray could not reserve {n} bundle(s) of {self._bundle()} ({strategy}) within "
+                    f"{self.wait_timeout_s:g} s; available now: {_RAY.available_resources().get(self.resource, 0.0):g} "
+                    f"{self.resource!r}"
+                )
+            self._start_ranks(item, rec)
+        except BaseException:
+            self._release(rec, hard=True)
+            raise
+        self._jobs[name] = rec
+
+    def _start_ranks(self, item: Launch, rec: _Incarnation) -> None:
+        n = len(item.devices)
+        opts: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 4, "max_restarts": 0}
+        if self._ray_gpus:
+            opts["num_gpus"] = 1
+        else:
+            opts["resources"] = {SLOT_RESOURCE: 1}
+        for rank in range(n):
+            strategy = PlacementGroupSchedulingStrategy(placement_group=rec.pg, placement_group_bundle_index=rank)
+            rec.actors.append(
+                self._actor_cls.options(scheduling_strategy=strategy, **opts).remote()  # type: ignore[attr-defined]
+            )
+        ips = self._get([a.node_ip.remote() for a in rec.actors], rec.name, "start its rank actors")
+        master = "127.0.0.1" if len(set(ips)) == 1 else str(ips[0])
+        port = 0
+        if n > 1:
+            port = int(self._get([rec.actors[0].pick_port.remote(master)], rec.name, "pick a rendezvous port")[0])
+        spec = worker_spec(item.job, item.seed)
+        refs = []
+        for rank, actor in enumerate(rec.actors):
+            args = ["--job-dir", str(rec.job_dir), *spec.argv()]
+            args += ["--world-size", str(n), "--rank", str(rank), "--master-addr", master, "--master-port", str(port)]
+            env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+            if self._ray_gpus:
+                args += ["--device", "cuda", "--local-rank", "0", "--threads", "1"]
+            else:
+                env["CUDA_VISIBLE_DEVICES"] = ""
+                args += ["--device", "cpu", "--threads", "1"]
+            log = str(rec.job_dir / f"rank{rank}.log")
+            refs.append(actor.start.remote(args, env, log, self._ray_gpus, self.wait_timeout_s))
+        rec.pids = [int(p) for p in self._get(refs, rec.name, "start its workers")]
+        rec.runs = {actor.wait_exit.remote(): rank for rank, actor in enumerate(rec.actors)}
+
+    def _get(self, refs: list[Any], name: str, what: str) -> list[Any]:
+        try:
+            return list(ray.get(refs, timeout=self.wait_timeout_s))
+        except GetTimeoutError as exc:
+            raise RuntimeError(f"job {name!r}: Ray did not {what} within {self.wait_timeout_s:g} s") from exc
+        except RayError as exc:
+            raise RuntimeError(f"job {name!r}: Ray could not {what}: {exc}") from exc
+
+    # ------------------------------------------------------------------ observe
+    def _poll(self, rec: _Incarnation, timeout_s: float = 0.0) -> None:
+        """Collect the exit codes of ranks that ended (waiting up to ``timeout_s`` s for all of them)."""
+        pending = [ref for ref, rank in rec.runs.items() if rank not in rec.codes]
+        if not pending:
+            return
+        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=max(0.0, timeout_s))
+        for ref in ready:
+            rank = rec.runs[ref]
+            try:
+                rec.codes[rank] = int(ray.get(ref, timeout=self.wait_timeout_s))
+            except (RayError, GetTimeoutError):  # actor killed, crashed or its node lost
+                rec.codes[rank] = _DIED
+
+    def _outcome(self, rec: _Incarnation) -> JobState:
+        if any(c != 0 for c in rec.codes.values()):
+            return "failed"
+        if len(rec.codes) < len(rec.actors):
+            return "running"
+        return "done" if (rec.job_dir / DONE_FILE).is_file() else "stopped"
+
+    def state(self, name: str) -> JobState | None:
+        rec = self._jobs.get(name)
+        if rec is None:
+            return None
+        if rec.final is not None:
+            return rec.final
+        self._poll(rec)
+        outcome = self._outcome(rec)
+        if outcome != "running":
+            rec.final = outcome
+            self._release(rec, hard=outcome == "failed")  # reap the surviving peers of a dead rank
+        return outcome
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        rec = self._jobs.get(name)
+        if rec is None:
+            return None
+        try:
+            with open(rec.job_dir / STATUS_FILE, encoding="utf-8") as fh:
+                obj = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        return obj if isinstance(obj, dict) else None
+
+    def pids(self, name: str) -> list[int]:
+        rec = self._jobs.get(name)
+        return [] if rec is None else list(rec.pids)
+
+    def actors(self, name: str) -> list[Any]:
+        """The rank actors of a running job, rank 0 first (for failure injection)."""
+        rec = self._jobs.get(name)
+        return [] if rec is None else list(rec.actors)
+
+    def placement_group_name(self, name: str) -> str | None:
+        rec = self._jobs.get(name)
+        return None if rec is None else rec.pg_name
+
+    # ------------------------------------------------------------------ stop and kill
+    def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
+        """SIGTERM every rank of the named jobs at once, wait up to ``timeout_s`` s for their checkpoints,
+        SIGKILL the rest; the placement groups are removed in every case."""
+        recs = {n: self._jobs[n] for n in names if n in self._jobs}
+        for rec in recs.values():
+            if rec.final is None:
+                for actor in rec.actors:
+                    actor.send.remote(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        out: dict[str, JobState] = {}
+        for name, rec in recs.items():
+            if rec.final is None:
+                self._poll(rec, deadline - time.monotonic())
+                outcome = self._outcome(rec)
+                rec.final = "failed" if outcome == "running" else outcome  # past the timeout: SIGKILLed
+            out[name] = rec.final
+            self._release(rec, hard=True)
+            del self._jobs[name]
+        return out
+
+    def kill(self, name: str) -> None:
+        """Failure injection (and clean-up of a finished job): SIGKILL its workers, kill its actors, remove
+        its placement group."""
+        rec = self._jobs.pop(name, None)
+        if rec is not None:
+            self._release(rec, hard=True)
+
+    def _release(self, rec: _Incarnation, *, hard: bool) -> None:
+        """Kill the workers still running (``hard``), the actors and the placement group (idempotent)."""
+        if rec.released:
+            return
+        if hard and rec.actors and len(rec.codes) < len(rec.actors):
+            refs = [a.kill_worker.remote(KILL_WAIT_S) for a in rec.actors]
+            with contextlib.suppress(RayError):
+                ray.wait(refs, num_returns=len(refs), timeout=KILL_WAIT_S + 2.0)
+        for actor in rec.actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+        with contextlib.suppress(Exception):
+            remove_placement_group(rec.pg)
+        rec.released = True
+
+    def shutdown(self) -> None:
+        for name in list(self._jobs):
+            self.kill(name)
+        if self._started_ray and ray.is_initialized():
+            ray.shutdown()
+        self._started_ray = False
+
+    # ------------------------------------------------------------------ reconcile
+    def _run_groups(self) -> dict[str, dict[str, Any]]:
+        """This run's placement groups that Ray has not removed, by id."""
+        if self._tag is None:
+            return {}
+        prefix = f"{PG_PREFIX}:{self._tag}:"
+        table = placement_group_table()
+        return {
+            pid: info
+            for pid, info in table.items()
+            if str(info.get("name", "")).startswith(prefix) and info.get("state") != "REMOVED"
+        }
+
+    def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
+        """Compare the scheduler's intended allocation (job → device ids; jobs without devices are ignored)
+        with what Ray runs for this run; returns the discrepancies and removes what runs but is not intended:
+        this executor's jobs outside ``intended`` and this run's placement groups it does not own (e.g. left by
+        a lost handle). Intended jobs that Ray does not run are reported, not acted on (``state`` reports
+        them failed)."""
+        want = {n: len(d) for n, d in intended.items() if d}
+        issues: list[str] = []
+        for name in sorted(set(self._jobs) - set(want)):
+            issues.append(
+                f"{name}: Ray runs it on {len(self._jobs[name].actors)} bundle(s) but the scheduler does not intend it"
+            )
+            self.kill(name)
+        groups = self._run_groups()
+        owned = {r.pg.id.hex() for r in self._jobs.values()}
+        for pid, row in sorted(groups.items()):
+            if pid in owned:
+                continue
+            pg_name = str(row.get("name", ""))
+            job = pg_name.split(":")[2] if pg_name.count(":") >= 3 else "?"
+            issues.append(
+                f"{job}: placement group {pg_name} ({row.get('state')}, {len(row.get('bundles', {}))} "
+                "bundle(s)) is not this scheduler's: removed"
+            )
+            with contextlib.suppress(Exception):
+                remove_placement_group(PlacementGroup(_RAY.PlacementGroupID.from_hex(pid)))
+        for name, count in sorted(want.items()):
+            rec = self._jobs.get(name)
+            if rec is None:
+                issues.append(f"{name}: intended on {count} device(s), Ray runs none")
+                continue
+            if len(rec.actors) != count:
+                issues.append(f"{name}: intended on {count} device(s), Ray runs {len(rec.actors)} rank(s)")
+            info = groups.get(rec.pg.id.hex())
+            pg_state = "REMOVED" if info is None else str(info.get("state"))
+            if rec.final is None and pg_state != "CREATED":
+                issues.append(f"{name}: its placement group is {pg_state}")
+            if rec.final is None:
+                self._poll(rec)
+                died = sorted(r for r, c in rec.codes.items() if c == _DIED)
+                if died:
+                    issues.append(f"{name}: rank actor(s) {died} died")
+        return issues

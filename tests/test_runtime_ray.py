@@ -1,0 +1,183 @@
+"""The Ray executor: a full run through the runtime scheduler, bounded reservations, actor loss, reconciliation."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+ray = pytest.importorskip("ray")
+
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group  # noqa: E402
+
+from oak.errors import OakInputError  # noqa: E402
+from oak.policies import make_policy  # noqa: E402
+from oak.runtime.executor import Launch  # noqa: E402
+from oak.runtime.jobs_file import RuntimeJob, parse_jobs  # noqa: E402
+from oak.runtime.ray_executor import RayExecutor  # noqa: E402
+from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler, newest_checkpoint_step  # noqa: E402
+
+TWO_JOBS = """
+jobs:
+  - {name: a, model: tiny, target_steps: 120, min_gpus: 1, max_gpus: 2, submit_s: 0, batch_size: 32,
+     ckpt_every: 20, restart_penalty_s: 10}
+  - {name: b, model: tiny, target_steps: 100, min_gpus: 1, max_gpus: 2, submit_s: 2, batch_size: 32,
+     ckpt_every: 20, restart_penalty_s: 10}
+"""
+LONG_JOBS = """
+jobs:
+  - {name: x, model: tiny, target_steps: 100000, max_gpus: 2, batch_size: 32, ckpt_every: 1000}
+  - {name: ghost, model: tiny, target_steps: 100000, max_gpus: 2, batch_size: 32, ckpt_every: 1000}
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    ray.init(
+        num_cpus=4,
+        resources={"oak_slot": 2},
+        object_store_memory=80_000_000,
+        include_dashboard=False,
+        log_to_driver=False,
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _jobs(text: str) -> dict[str, RuntimeJob]:
+    return {j.name: j for j in parse_jobs(text, "jobs.yaml").jobs}
+
+
+def _live_groups(prefix: str = "oak:") -> list[str]:
+    return [
+        str(info["name"])
+        for info in placement_group_table().values()
+        if str(info["name"]).startswith(prefix) and info["state"] != "REMOVED"
+    ]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
+def _wait_for(cond: object, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if callable(cond) and cond():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _check_done(run_dir: Path, targets: dict[str, int]) -> None:
+    for name, target in targets.items():
+        job_dir = run_dir / "jobs" / name
+        assert (job_dir / "done").is_file(), f"{name} has no done marker"
+        status = json.loads((job_dir / "status.json").read_text())
+        assert status["step"] == target and status["done"] is True
+        with open(job_dir / "loss.csv", encoding="utf-8") as fh:
+            assert {int(row["step"]) for row in csv.DictReader(fh)} == set(range(1, target + 1))
+
+
+def test_scheduler_completes_two_jobs_on_ray(tmp_path: Path) -> None:
+    jobs = parse_jobs(TWO_JOBS, "two.yaml")
+    opts = RuntimeOptions(devices=2, round_s=3.0, seed=3, tick_s=0.1, time_limit_s=150)
+    executor = RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
+    result = RuntimeScheduler(jobs, make_policy("oak"), tmp_path / "run", opts, executor=executor).run()
+    assert all(j.jct_s is not None for j in result.jobs), result.jobs
+    _check_done(tmp_path / "run", {"a": 120, "b": 100})
+    assert _live_groups() == []  # every incarnation's placement group was removed
+    with sqlite3.connect(tmp_path / "run" / "state.sqlite") as con:
+        rounds = [json.loads(a) for (a,) in con.execute("SELECT allocation FROM rounds")]
+    assert rounds and all("_reconcile" not in r for r in rounds), rounds  # Ray ran exactly what was intended
+
+
+def test_impossible_or_blocked_reservation_fails_fast_and_cleans_up(tmp_path: Path) -> None:
+    job = _jobs(LONG_JOBS)["x"]
+    executor = RayExecutor(None, "cpu", 2, wait_timeout_s=5.0)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(OakInputError, match=r"job 'x': cannot reserve 3 bundle\(s\) of \{'oak_slot': 1.0\}"):
+            executor.launch(Launch(job, tmp_path / "jobs" / "x", (0, 1, 2), 0))
+        assert time.monotonic() - t0 < 5.0
+        # every slot held by someone else: the reservation waits wait_timeout_s, then fails and is removed
+        blocker = placement_group([{"oak_slot": 1}] * 2, strategy="PACK", name="blocker")
+        assert blocker.wait(10)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(RuntimeError, match=r"job 'x': Ray could not reserve 1 bundle\(s\).*within 5 s"):
+                executor.launch(Launch(job, tmp_path / "jobs" / "x", (0,), 0))
+            assert 4.5 <= time.monotonic() - t0 < 15.0
+        finally:
+            remove_placement_group(blocker)
+        assert _live_groups() == []
+        assert executor.state("x") is None and executor.pids("x") == []
+    finally:
+        executor.shutdown()
+
+
+def test_graceful_stop_then_killed_actor_makes_the_job_failed(tmp_path: Path) -> None:
+    job = _jobs(LONG_JOBS)["x"]
+    job_dir = tmp_path / "jobs" / "x"
+    executor = RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
+    try:
+        # stop: SIGTERM through the actors → checkpoint → exit 0 → "stopped", group removed
+        executor.launch(Launch(job, job_dir, (0,), 0))
+        assert _wait_for(lambda: ((executor.status("x") or {}).get("step", 0)) >= 5, 60.0), "x never trained"
+        assert executor.stop(["x"], 30.0) == {"x": "stopped"}
+        first = newest_checkpoint_step(job_dir)
+        assert first >= 5 and executor.state("x") is None and _live_groups() == []
+        # a new incarnation on two ranks resumes from that checkpoint; then one rank's actor is lost
+        executor.launch(Launch(job, job_dir, (0, 1), 0))
+        pids = executor.pids("x")
+        assert len(pids) == 2
+        assert _wait_for(lambda: ((executor.status("x") or {}).get("step", 0)) > first, 60.0), "x never resumed"
+        assert executor.status("x")["pid"] == pids[0]  # type: ignore[index]
+        assert executor.state("x") == "running"
+        ray.kill(executor.actors("x")[1], no_restart=True)  # a lost rank (actor or node death)
+        assert _wait_for(lambda: executor.state("x") == "failed", 30.0)
+        assert executor.state("x") == "failed"
+        executor.kill("x")
+        assert _wait_for(lambda: all(_gone(p) for p in pids), 15.0), "a worker survived its job's failure"
+        assert executor.state("x") is None
+        assert _live_groups() == []
+    finally:
+        executor.shutdown()
+
+
+def test_reconcile_reports_and_removes_what_is_not_intended(tmp_path: Path) -> None:
+    jobs = _jobs(LONG_JOBS)
+    run_dir = tmp_path / "run"
+    executor = RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
+    stray = RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)  # e.g. a handle lost by an earlier scheduler
+    try:
+        executor.launch(Launch(jobs["x"], run_dir / "jobs" / "x", (0,), 0))
+        assert executor.reconcile({"x": (0,)}) == []  # Ray runs what was intended
+        stray.launch(Launch(jobs["ghost"], run_dir / "jobs" / "ghost", (1,), 0))
+        pids = executor.pids("x") + stray.pids("ghost")
+        assert len(_live_groups()) == 2
+        issues = executor.reconcile({"y": (1,)})
+        text = "\n".join(issues)
+        assert "x: Ray runs it on 1 bundle(s) but the scheduler does not intend it" in text
+        assert "ghost: placement group oak:" in text and "removed" in text
+        assert "y: intended on 1 device(s), Ray runs none" in text
+        assert len(issues) == 3, issues
+        assert executor.state("x") is None
+        assert _wait_for(lambda: _live_groups() == [], 10.0)
+        assert _wait_for(lambda: all(_gone(p) for p in pids), 15.0), "a worker outlived its placement group"
+        assert _wait_for(lambda: stray.state("ghost") == "failed", 15.0)  # its actor died with the group
+        assert executor.reconcile({}) == []
+    finally:
+        stray.shutdown()
+        executor.shutdown()

@@ -22,12 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from oak.goodput.batch import BatchChoice, best_batch
+from oak.goodput.batch import BatchChoice, BatchGrid, batch_grid, best_from_grid
 from oak.goodput.projection import projected_shapes, scale_choice, single_gpu_throughput
 
 if TYPE_CHECKING:  # the catalog imports oak.goodput.throughput; avoid an import cycle at run time
@@ -102,6 +102,18 @@ class GoodputTable:
         self._project = project
         self._projections: dict[tuple[str, str], Projection | None] = {}
         self._x1: dict[tuple[str, str], float] = {}
+        self._grids: dict[tuple[str, str], BatchGrid] = {}
+
+    def _grid(
+        self, app: str, gpu_type: str, params: Any, m0: float, m_max: float, b_min: float, b_max: float, n: Any, r: Any
+    ) -> BatchGrid:
+        """The epoch-independent candidate grid of ``app`` on ``gpu_type``'s shapes, computed once."""
+        key = (app, gpu_type)
+        hit = self._grids.get(key)
+        if hit is None:
+            hit = batch_grid(params, m0, m_max, b_min, b_max, n, r)
+            self._grids[key] = hit
+        return hit
 
     @property
     def size(self) -> int:
@@ -217,14 +229,16 @@ class GoodputTable:
         for t, (idx, un, ur, inverse) in self._groups.items():
             gpu = profile.gpus.get(t)
             if gpu is not None:
-                ch = best_batch(gpu.params, profile.m0, profile.m_max, gpu.b_min, gpu.b_max, sqr_at, var_at, un, ur)
+                grid = self._grid(profile.name, t, gpu.params, profile.m0, profile.m_max, gpu.b_min, gpu.b_max, un, ur)
+                ch = best_from_grid(grid, profile.m0, sqr_at, var_at)
             else:
                 proj = self.projection(profile.name, t)
                 if proj is None:
                     continue
                 src = profile.gpus[proj.source]
                 nb, rb = projected_shapes(ur, proj.gpus_per_node)
-                ch_b = best_batch(src.params, profile.m0, profile.m_max, src.b_min, src.b_max, sqr_at, var_at, nb, rb)
+                grid = self._grid(profile.name, t, src.params, profile.m0, profile.m_max, src.b_min, src.b_max, nb, rb)
+                ch_b = best_from_grid(grid, profile.m0, sqr_at, var_at)
                 ch = scale_choice(ch_b, proj.ratio)
             goodput[idx] = ch.goodput[inverse]
             local_bsz[idx] = ch.local_bsz[inverse]

@@ -113,6 +113,9 @@ def run_jobs(
     print_run_table(
         result, f"{policy} on {jobs_file.name} ({devices} {kind} devices), λ = {failure_rate:g}, seed {seed}"
     )
+    corrupt = {r.name: (r.corrupt_skipped, r.lost_steps) for r in sched.records if r.corrupt_skipped}
+    for name, (n, lost) in corrupt.items():
+        err_console.print(f"{name}: {n} corrupt checkpoint(s) skipped on resume, {lost} step(s) recomputed")
     if json_path is not None:
         write_json(json_path, result.to_json())
         console.print(f"wrote {json_path}")

@@ -142,6 +142,8 @@ class RuntimeScheduler:
         self.keys = np.array([rng.job_key(n) for n in self.names], dtype=np.uint64)
         self.store = RunStore(self.run_dir / "state.sqlite")
         self.decision_ms: list[float] = []
+        self.records: list[JobRecord] = []
+        self.interrupted = False
         self._live = _Live()
 
     # ------------------------------------------------------------------ paths
@@ -158,6 +160,7 @@ class RuntimeScheduler:
         """Run until every job is done (or the time limit); returns the same metrics as ``oak simulate``."""
         wall0 = time.perf_counter()
         records, start_wall = self._open()
+        self.records = records
         st = JobsState.initial(np.array([j.submit_s for j in self.jobs], dtype=np.float64))
         last = time.time() - start_wall
         decide = True
@@ -281,6 +284,8 @@ class RuntimeScheduler:
             pids = self.executor.pids(job.name)
             if status is not None and pids and status.get("pid") == pids[0]:
                 step = int(status.get("step", r.step))
+                r.corrupt_skipped = max(r.corrupt_skipped, int(status.get("corrupt_skipped", 0) or 0))
+                r.lost_steps = max(r.lost_steps, int(status.get("lost_steps", 0) or 0))
                 if not r.ready and (step > r.launch_step or bool(status.get("done"))):
                     r.ready = True
                 r.step = max(r.step, step) if r.ready else r.step

@@ -27,7 +27,10 @@ CREATE TABLE IF NOT EXISTS rounds (
 
 @dataclass
 class JobRecord:
-    """What the scheduler knows of one job (seconds of the run clock; devices are global ids)."""
+    """What the scheduler knows of one job (seconds of the run clock; devices are global ids).
+
+    ``corrupt_skipped`` / ``lost_steps``: checkpoints the job's workers found corrupt and skipped on resume, and
+    the steps lost with them (the worker's cumulative ledger, copied from its status)."""
 
     name: str
     arrived: bool = False
@@ -50,6 +53,8 @@ class JobRecord:
     launch_step: int = 0
     ready: bool = False
     incarnations: int = 0
+    corrupt_skipped: int = 0
+    lost_steps: int = 0
 
     @classmethod
     def from_json(cls, text: str) -> JobRecord:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -69,11 +70,21 @@ def run_jobs(
         _fail("give exactly one of --gpus auto|N and --cpu-slots N")
     if backend not in ("local", "ray"):
         _fail(f"--backend {backend!r}: expected local or ray")
+    # every plain parameter is checked before anything is loaded or built, with the option's name
+    if cpu_slots is not None and cpu_slots < 1:
+        _fail(f"--cpu-slots {cpu_slots}: expected a positive integer")
+    if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):
+        _fail(f"--failure-rate {failure_rate!r}: expected a probability in [0, 1]")
+    if not (math.isfinite(round_seconds) and round_seconds > 0):
+        _fail(f"--round-seconds {round_seconds!r}: expected a positive number of seconds")
+    if time_limit is not None and not time_limit > 0:
+        _fail(f"--time-limit {time_limit!r}: expected a positive number of seconds")
+    if seed < 0:
+        _fail(f"--seed {seed}: expected an integer >= 0")
+    pol = make_policy(policy, seed=seed)  # an unknown policy fails here (OakInputError: exit 2)
     catalog = Catalog.load()
     jobs = load_jobs_file(jobs_file, tuple(catalog.apps))
     if cpu_slots is not None:
-        if cpu_slots < 1:
-            _fail(f"--cpu-slots {cpu_slots}: expected a positive integer")
         devices, kind = cpu_slots, "cpu"
         err_console.print(f"no GPUs used: {cpu_slots} CPU worker slots stand in for devices (--cpu-slots)")
     else:
@@ -81,7 +92,6 @@ def run_jobs(
     ptype = profile_type or ("aws" if kind == "cpu" else "dgx-ext")
     if not any(ptype in a.gpus for a in catalog.apps.values()):
         _fail(f"--profile-type {ptype!r}: no application has a profile for it")
-    pol = make_policy(policy, seed=seed)
     opts = RuntimeOptions(
         devices=devices,
         device_kind=kind,

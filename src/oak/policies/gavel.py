@@ -119,7 +119,8 @@ def ftf_fractions(problem: FtfProblem, rel_tol: float = 1e-7) -> tuple[FloatArra
     while best is None:
         lo, hi = hi, hi * 2.0
         best = _fractions_at(problem, hi, denom)
-    while hi - lo > rel_tol * hi:
+    # relative tolerance, and an absolute floor for an optimum of 0 (lo = 0: e.g. jobs with no work left)
+    while hi - lo > rel_tol * hi and hi > 1e-12:
         mid = 0.5 * (lo + hi)
         trial = _fractions_at(problem, mid, denom)
         if trial is None:

@@ -37,6 +37,8 @@ MODELS = ("tiny", "resnet18")
 #: Catalog application that scores each packaged model when the job does not name one.
 DEFAULT_APPLICATION = {"tiny": "cifar10", "resnet18": "cifar10"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Largest integer field value: exact as a float and within int64.
+_MAX_INT = 2**53
 _FIELDS = (
     "name",
     "model",
@@ -92,6 +94,16 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _show(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for an error message: shortened, and safe for integers too long to print and for deeply
+    nested values (a message must never raise)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # ints beyond sys.get_int_max_str_digits(), absurd nesting
+        text = f"<{type(value).__name__} too large to show>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def load_jobs_file(path: str | Path, known_apps: tuple[str, ...] | None = None) -> JobsFile:
     """Parse and validate a jobs file; ``known_apps``: catalog applications allowed as ``application``."""
     p = Path(path)
@@ -114,12 +126,18 @@ def parse_jobs(text: str, source: str, known_apps: tuple[str, ...] | None = None
         raise OakInputError(f"{where}: not valid YAML ({e.problem})") from None
     except yaml.YAMLError as e:
         raise OakInputError(f"{source}: not valid YAML ({e})") from None
+    except RecursionError:
+        raise OakInputError(f"{source}: not valid YAML (nested too deeply)") from None
+    except Exception as e:  # PyYAML's constructors on odd input: int('') for "!!int", a bad date, a too-long int
+        raise OakInputError(f"{source}: not valid YAML ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(doc, dict) or "jobs" not in doc:
         raise OakInputError(f"{source}: expected a mapping with a 'jobs' list at the top level")
-    unknown_top = sorted(k for k in doc if k not in ("jobs", "defaults", "__line__", "__lines__"))
+    unknown_top = sorted((k for k in doc if k not in ("jobs", "defaults", "__line__", "__lines__")), key=str)
     if unknown_top:
-        line = doc["__lines__"].get(unknown_top[0], doc["__line__"])
-        raise OakInputError(f"{source}:{line}: unknown top-level key {unknown_top[0]!r}; expected 'jobs', 'defaults'")
+        line = doc["__lines__"].get(str(unknown_top[0]), doc["__line__"])
+        raise OakInputError(
+            f"{source}:{line}: unknown top-level key {_show(unknown_top[0])}; expected 'jobs', 'defaults'"
+        )
     defaults = doc.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise OakInputError(f"{source}:{doc['__lines__'].get('defaults', 1)}: 'defaults' must be a mapping")
@@ -130,7 +148,7 @@ def parse_jobs(text: str, source: str, known_apps: tuple[str, ...] | None = None
     seen: dict[str, int] = {}
     for k, entry in enumerate(jobs_node):
         if not isinstance(entry, dict):
-            raise OakInputError(f"{source}: jobs[{k}] must be a mapping of fields, got {entry!r}")
+            raise OakInputError(f"{source}: jobs[{k}] must be a mapping of fields, got {_show(entry)}")
         job = _job(entry, defaults, source, k, known_apps)
         line = entry["__line__"]
         if job.name in seen:
@@ -147,8 +165,8 @@ def _job(
 ) -> RuntimeJob:
     lines: dict[str, int] = entry["__lines__"]
 
-    def where(field: str) -> str:
-        line = lines.get(field, defaults.get("__lines__", {}).get(field, entry["__line__"]))
+    def where(field: Any) -> str:
+        line = lines.get(str(field), defaults.get("__lines__", {}).get(str(field), entry["__line__"]))
         return f"{source}:{line}: jobs[{k}].{field}"
 
     for key in list(entry) + list(defaults):
@@ -167,26 +185,31 @@ def _job(
     def integer(field: str, minimum: int, default: Any = ...) -> int:
         v = get(field, default)
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise OakInputError(f"{where(field)}={v!r}: expected an integer >= {minimum}")
+            raise OakInputError(f"{where(field)}={_show(v)}: expected an integer >= {minimum}")
+        if v > _MAX_INT:  # the runtime does float and int64 arithmetic on these
+            raise OakInputError(f"{where(field)}={_show(v)}: expected an integer <= {_MAX_INT} (2^53)")
         return int(v)
 
     def number(field: str, minimum: float, default: Any = ..., strict: bool = False) -> float:
         v = get(field, default)
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(float(v))
-        if not ok or (float(v) <= minimum if strict else float(v) < minimum):
+        try:
+            f = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
+        except OverflowError:  # an integer beyond the float range
+            f = math.inf
+        if not math.isfinite(f) or (f <= minimum if strict else f < minimum):
             rel = ">" if strict else ">="
-            raise OakInputError(f"{where(field)}={v!r}: expected a finite number {rel} {minimum:g}")
-        return float(v)
+            raise OakInputError(f"{where(field)}={_show(v)}: expected a finite number {rel} {minimum:g}")
+        return f
 
     name = get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):  # fullmatch: '$' alone would accept "a\n"
         raise OakInputError(
-            f"{where('name')}={name!r}: expected 1-64 characters of letters, digits, '-', '_', '.', "
+            f"{where('name')}={_show(name)}: expected 1-64 characters of letters, digits, '-', '_', '.', "
             "starting with a letter or digit"
         )
     model = get("model")
     if model not in MODELS:
-        raise OakInputError(f"{where('model')}={model!r}: expected one of {', '.join(MODELS)}")
+        raise OakInputError(f"{where('model')}={_show(model)}: expected one of {', '.join(MODELS)}")
     target = integer("target_steps", 1)
     lo = integer("min_gpus", 1, 1)
     hi = integer("max_gpus", 1, lo)
@@ -203,11 +226,11 @@ def _job(
     app = get("application", DEFAULT_APPLICATION[model])
     if not isinstance(app, str) or (known_apps is not None and app not in known_apps):
         expected = ", ".join(known_apps) if known_apps is not None else "a catalog application name"
-        raise OakInputError(f"{where('application')}={app!r}: expected one of {expected}")
+        raise OakInputError(f"{where('application')}={_show(app)}: expected one of {expected}")
     width = number("width_mult", 0.0, 1.0, strict=True)
     data = get("data", None)
     if data is not None and not isinstance(data, str):
-        raise OakInputError(f"{where('data')}={data!r}: expected a directory path")
+        raise OakInputError(f"{where('data')}={_show(data)}: expected a directory path")
     return RuntimeJob(
         name=name,
         model=model,

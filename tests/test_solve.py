@@ -88,3 +88,16 @@ def test_unknown_method_rejected() -> None:
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="solver method"):
         solve_assignment(random_problem(rng, 2, 1), "glpk")
+
+
+def test_results_carry_a_bound_and_gap() -> None:
+    rng = np.random.default_rng(3)
+    problem = random_problem(rng, n_jobs=12, types=2, forced=True)
+    exact = solve_assignment(problem, "highs")
+    for method in ("dp", "highs", "lagrangian", "auto"):
+        res = solve_assignment(problem, method)
+        check_feasible(problem, res.choice)
+        assert res.bound >= exact.objective - 1e-9
+        assert res.gap >= 0.0
+        if method in ("dp", "highs"):
+            assert res.bound == res.objective and res.gap == 0.0

@@ -59,6 +59,180 @@ def _time_policy(policy: Any, snaps: list[Any], repeat: int) -> np.ndarray:
     return np.array(out)
 
 
+def _highs_server(tasks: Any, results: Any) -> None:
+    """Reference worker (a spawned process): solve each (problem, limit) from ``tasks`` with HiGHS, announcing the
+    start, then reporting (status, ms, choice) with status "optimal" or "limit"; None ends it."""
+    from oak.solve.highs import HighsTimeLimit, solve_highs
+
+    while (task := tasks.get()) is not None:
+        problem, limit_s = task
+        results.put(("start", 0.0, None))
+        t0 = time.perf_counter()
+        try:
+            choice = solve_highs(problem, time_limit_s=limit_s)
+            results.put(("optimal", (time.perf_counter() - t0) * 1e3, choice))
+        except HighsTimeLimit as stop:
+            results.put(("limit", (time.perf_counter() - t0) * 1e3, stop.choice))
+
+
+class _Referee:
+    """Runs the HiGHS reference in a separate process that it starts (once, and again after a kill): HiGHS checks
+    its time limit only in some phases (its MIP set-up can run for minutes on thousands of jobs), so a round that
+    overruns the limit by more than a grace period is cut short by terminating that process. HiGHS there is a
+    fresh instance with its default settings, untouched by this process's solvers."""
+
+    def __init__(self) -> None:
+        self.proc: Any = None
+        self.tasks: Any = None
+        self.results: Any = None
+
+    def _start(self) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.tasks, self.results = ctx.Queue(), ctx.Queue()
+        self.proc = ctx.Process(target=_highs_server, args=(self.tasks, self.results), daemon=True)
+        self.proc.start()
+
+    def solve(self, problem: Any, limit_s: float) -> tuple[float, bool, Any]:
+        """(wall ms, timed out, choice or None) for one round; the clock starts when the worker starts solving."""
+        import queue
+
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        self.tasks.put((problem, limit_s))
+        self.results.get(timeout=600.0)  # "start": the worker has imported everything and received the round
+        t0 = time.perf_counter()
+        try:
+            status, ms, choice = self.results.get(timeout=limit_s + max(2.0, 0.5 * limit_s))
+        except queue.Empty:
+            self.close(kill=True)
+            return (time.perf_counter() - t0) * 1e3, True, None
+        return float(ms), status != "optimal", choice
+
+    def close(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if kill:
+            self.proc.terminate()
+        else:
+            self.tasks.put(None)
+        self.proc.join(timeout=10.0)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.proc = None
+
+
+def _bench_round(
+    seed: int, problem: Any, repeat: int, referee: _Referee | None, reference_timeout_s: float
+) -> dict[str, Any]:
+    """One round: ``auto`` timed best of ``repeat`` (ms), its certified gap, and the HiGHS reference if asked."""
+    from oak.solve import solve_assignment
+    from oak.solve.assignment import check_feasible
+
+    ms = np.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        res = solve_assignment(problem)
+        ms = min(ms, (time.perf_counter() - t0) * 1e3)
+    check_feasible(problem, res.choice)
+    run: dict[str, Any] = {
+        "seed": seed, "method": res.method, "ms": ms, "objective": res.objective, "bound": res.bound,
+        "gap": res.gap,
+    }  # fmt: skip
+    if referee is not None:
+        ref_ms, timed_out, choice = referee.solve(problem, reference_timeout_s)
+        ref_obj: float | None = None
+        if choice is not None:
+            value = float(problem.value[np.flatnonzero(choice >= 0), choice[choice >= 0]].sum())
+            if timed_out:
+                run["reference_incumbent"] = value
+            else:
+                ref_obj = value
+        run["reference_ms"] = ref_ms
+        run["reference_timed_out"] = timed_out
+        run["reference_objective"] = ref_obj
+        if ref_obj is not None:
+            run["gap_to_reference"] = (ref_obj - res.objective) / max(abs(ref_obj), 1e-12)
+    return run
+
+
+def _bench_scale(
+    gpus: int,
+    types: int,
+    jobs: int,
+    seeds: int,
+    per_node: int | None,
+    reference: bool,
+    reference_timeout_s: float,
+    repeat: int = 1,
+) -> dict[str, Any]:
+    """Time ``auto`` (best of ``repeat`` per round) and the HiGHS reference (once) on ``seeds`` random rounds of one
+    size (oak.solve.instances); times in ms, gaps relative. The first round is solved once untimed (imports)."""
+    from oak.solve import solve_assignment
+    from oak.solve.instances import random_instance
+
+    problems = [random_instance(np.random.default_rng(s), gpus, types, jobs, per_node) for s in range(seeds)]
+    solve_assignment(problems[0])
+    runs = []
+    referee = _Referee()
+    try:
+        for seed, problem in enumerate(problems):
+            runs.append(_bench_round(seed, problem, repeat, referee if reference else None, reference_timeout_s))
+    finally:
+        referee.close()
+    ms_all = np.array([r["ms"] for r in runs])
+    methods = sorted({r["method"] for r in runs})
+    out: dict[str, Any] = {
+        "method": "auto",
+        "auto_methods": {m: sum(r["method"] == m for r in runs) for m in methods},
+        "gpus": gpus, "types": types, "jobs": jobs, "seeds": seeds, "repeat": repeat,
+        "median_ms": float(np.median(ms_all)), "p95_ms": float(np.percentile(ms_all, 95)),
+        "max_gap": float(max(r["gap"] for r in runs)),
+        "reference_median_ms": None, "reference_p95_ms": None, "ratio_to_reference": None,
+        "reference_timeouts": None, "reference_timeout_s": reference_timeout_s if reference else None,
+        "max_gap_to_reference": None,
+        "runs": runs,
+    }  # fmt: skip
+    if reference:
+        ref_ms = np.array([r["reference_ms"] for r in runs])
+        out["reference_median_ms"] = float(np.median(ref_ms))
+        out["reference_p95_ms"] = float(np.percentile(ref_ms, 95))
+        out["ratio_to_reference"] = float(np.median(ref_ms) / max(np.median(ms_all), 1e-9))
+        out["reference_timeouts"] = int(sum(r["reference_timed_out"] for r in runs))
+        solved = [r["gap_to_reference"] for r in runs if "gap_to_reference" in r]
+        out["max_gap_to_reference"] = float(max(solved)) if solved else None
+    return out
+
+
+def _print_scale(out: dict[str, Any]) -> None:
+    title = (
+        f"decision time: {out['gpus']:,} GPUs × {out['types']} types × {out['jobs']:,} jobs, "
+        f"{out['seeds']} random rounds (oak.solve.instances), auto best of {out['repeat']}"
+    )
+    table = Table(title=title)
+    for col in ("solver", "median (ms)", "p95 (ms)", "max certified gap", "timeouts"):
+        table.add_column(col, justify="left" if col == "solver" else "right")
+    methods = ", ".join(f"{m} ×{n}" for m, n in out["auto_methods"].items())
+    table.add_row(f"auto ({methods})", f"{out['median_ms']:.3f}", f"{out['p95_ms']:.3f}", f"{out['max_gap']:.2e}", "")
+    if out["reference_median_ms"] is not None:
+        table.add_row(
+            f"highs (limit {out['reference_timeout_s']:g} s)",
+            f"{out['reference_median_ms']:.3f}",
+            f"{out['reference_p95_ms']:.3f}",
+            "0 (exact)" if not out["reference_timeouts"] else "-",
+            str(out["reference_timeouts"]),
+        )
+    console.print(table)
+    if out["ratio_to_reference"] is not None:
+        gap = out["max_gap_to_reference"]
+        console.print(
+            f"HiGHS / auto median time: {out['ratio_to_reference']:.1f}x; "
+            + (f"largest gap to HiGHS's optimum: {gap:.2e}" if gap is not None else "HiGHS solved no round in time")
+        )
+
+
 @bench_app.command("decision")
 def bench_decision(
     policies: Annotated[str, typer.Option(help="Comma-separated policies to time.")] = "oak,sia",
@@ -66,12 +240,45 @@ def bench_decision(
     rounds: Annotated[int, typer.Option(help="Rounds replayed per policy.")] = 200,
     repeat: Annotated[int, typer.Option(help="Timings per round (the best is kept).")] = 1,
     json_path: JsonOpt = None,
+    gpus: Annotated[
+        int | None, typer.Option(help="Random rounds instead: cluster GPUs, split evenly over --types.")
+    ] = None,
+    types: Annotated[int | None, typer.Option(help="Random rounds: GPU types.")] = None,
+    jobs: Annotated[int | None, typer.Option(help="Random rounds: jobs per round.")] = None,
+    seeds: Annotated[int, typer.Option(help="Random rounds: how many (seeds 0..N-1).")] = 5,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help="Random rounds: GPUs per node (default 4 up to 16 GPUs per type, else 8).")
+    ] = None,
+    reference_timeout: Annotated[
+        float, typer.Option(help="Random rounds: HiGHS reference time limit per round (s).")
+    ] = 10.0,
+    reference: Annotated[
+        bool, typer.Option("--reference/--no-reference", help="Random rounds: also time the HiGHS reference.")
+    ] = True,
 ) -> None:
     """Median/p95 decision time per policy at the paper's scale (12 GPUs), as ratios to oak's in the same run;
-    oak and sia are also timed with HiGHS forced."""
+    oak and sia are also timed with HiGHS forced.
+
+    With --gpus, --types and --jobs: the solver alone (``auto``, best of --repeat per round) on seeded random rounds
+    of that size, beside the HiGHS reference (exact, with a time limit, timed once) on the same rounds, with the
+    certified optimality gap."""
     from oak.io_util import write_json
     from oak.policies import make_policy, policy_names
 
+    scale = (gpus, types, jobs)
+    if any(x is not None for x in scale):
+        if gpus is None or types is None or jobs is None:
+            _fail("--gpus, --types and --jobs go together")
+        assert gpus is not None and types is not None and jobs is not None
+        if types < 1 or jobs < 1 or gpus < types:
+            _fail("--gpus/--types/--jobs: expected positive integers with at least one GPU per type")
+        if seeds < 1 or reference_timeout <= 0 or (gpus_per_node is not None and gpus_per_node < 1):
+            _fail("--seeds, --reference-timeout and --gpus-per-node: expected positive values")
+        out = _bench_scale(gpus, types, jobs, seeds, gpus_per_node, reference, reference_timeout, repeat)
+        _print_scale(out)
+        if json_path is not None:
+            write_json(json_path, out)
+        return
     if rounds < 1 or repeat < 1:
         _fail("--rounds and --repeat: expected positive integers")
     names = [x.strip() for x in policies.split(",") if x.strip()]

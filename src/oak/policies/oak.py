@@ -37,4 +37,6 @@ class OakPolicy:
         )
         res = solve_assignment(problem, self.solver)
         objective = mu * snap.num_jobs + res.objective
-        return Allocation(config=res.choice, objective=objective, method=res.method, info={"solve_ms": res.wall_ms})
+        # bound: the solver's upper bound on the optimum, in this objective's units; gap: its certified relative gap
+        info = {"solve_ms": res.wall_ms, "bound": mu * snap.num_jobs + res.bound, "gap": res.gap}
+        return Allocation(config=res.choice, objective=objective, method=res.method, info=info)

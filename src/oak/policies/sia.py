@@ -79,4 +79,8 @@ class SiaPolicy:
         )
         res = solve_assignment(problem, self.solver)
         objective = lam * snap.num_jobs - res.objective if self.p < 0 else res.objective - lam * snap.num_jobs
-        return Allocation(config=res.choice, objective=objective, method=res.method, info={"solve_ms": res.wall_ms})
+        # bound: the solver's bound on the optimum in this objective's units (a lower bound when p < 0, the
+        # objective then being minimised); gap: its certified relative gap
+        bound = lam * snap.num_jobs - res.bound if self.p < 0 else res.bound - lam * snap.num_jobs
+        info = {"solve_ms": res.wall_ms, "bound": bound, "gap": res.gap}
+        return Allocation(config=res.choice, objective=objective, method=res.method, info=info)

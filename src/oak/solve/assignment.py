@@ -6,6 +6,11 @@
 
 ``value_ij`` is the gain of giving job i configuration j over leaving it unallocated: OAK's objective
 Σ x·U + μ_na·Σ(1 − Σ_j x) equals μ_na·J + Σ x·(U − μ_na), so value = U − μ_na.
+
+Methods: ``dp`` (exact dynamic programme over GPUs used per type, :mod:`oak.solve.dp`), ``highs`` (exact MILP),
+``cvxpy`` (the paper's CVXPY + GLPK_MI), ``lagrangian`` (per-type prices: a feasible allocation with a certified
+upper bound, :mod:`oak.solve.lagrangian`, for thousands of GPUs and jobs) and ``auto``, which picks by size.
+Every result carries ``bound`` ≥ the optimum (= objective for the exact methods) and its relative ``gap``.
 """
 
 from __future__ import annotations
@@ -17,10 +22,23 @@ import numpy as np
 
 from oak.model.snapshot import BoolArray, FloatArray, IntArray
 
-SOLVER_METHODS = ("auto", "dp", "highs", "cvxpy")
+SOLVER_METHODS = ("auto", "dp", "highs", "cvxpy", "lagrangian")
 
-#: The DP is used by ``auto`` while the product of (capacity + 1) over GPU types stays below this.
+#: ``auto``'s label when the Lagrangian certificate plus a dynamic programme over the jobs it cannot settle
+#: (:mod:`oak.solve.core`) proved the allocation optimal.
+CORE_METHOD = "lagrangian+core"
+
+#: ``auto`` stays exact (DP, or Lagrangian + core DP) while the product of (capacity + 1) over GPU types, the DP's
+#: state space, stays below this; above it ``auto`` returns the Lagrangian allocation with its certified gap.
 DP_MAX_STATES = 200_000
+
+#: Should the core DP give up below ``DP_MAX_STATES``, ``auto`` runs the sequential DP only while its work, states
+#: × jobs × configurations (≈ element updates, 1–2 ns each on the 2-core development machine), stays below this.
+DP_MAX_WORK = 50_000_000
+
+#: ``auto`` runs the sequential DP directly (rather than Lagrangian + core DP, whose fixed cost is a few ms) while
+#: its work stays below this.
+DP_DIRECT_WORK = 2_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,28 +59,92 @@ class AssignmentProblem:
 
 @dataclass(frozen=True, eq=False)
 class AssignmentResult:
-    """choice: (J,) configuration per job or −1; objective: Σ chosen values; wall_ms: solver wall time."""
+    """choice: (J,) configuration per job or −1; objective: Σ chosen values (value units); method: the method that
+    ran (``auto`` resolved); wall_ms: solver wall time (ms); bound: an upper bound on the optimum (value units),
+    equal to ``objective`` for the exact methods."""
 
     choice: IntArray
     objective: float
     method: str
     wall_ms: float
+    bound: float = float("nan")
+
+    def __post_init__(self) -> None:
+        if self.bound != self.bound:  # NaN: not given, the method is exact
+            object.__setattr__(self, "bound", self.objective)
+
+    @property
+    def gap(self) -> float:
+        """Certified relative optimality gap (bound − objective) / max(|bound|, 1e-12); 0 for exact methods."""
+        return (self.bound - self.objective) / max(abs(self.bound), 1e-12)
+
+
+def auto_method(problem: AssignmentProblem) -> str:
+    """``auto``'s choice for a problem (forced jobs already applied):
+
+    * ``dp`` while the state space is tiny (the merge tree, as on the paper's 12 GPUs) or the sequential DP's work
+      is small (``DP_DIRECT_WORK``);
+    * ``lagrangian+core`` while the DP's state space stays below ``DP_MAX_STATES``: exact, prices first, then a DP
+      over only the jobs the bound cannot settle (falling back to the sequential DP);
+    * ``lagrangian`` above: a certified gap, made exact by the core DP when that is cheap.
+
+    Configurations of 0 GPUs (prices cannot act on them) send the last two cases to the exact DP or HiGHS."""
+    states = 1.0
+    for c in problem.capacity.tolist():
+        states *= c + 1.0
+    if states > DP_MAX_STATES:
+        return "highs" if np.any(problem.gpus < 1) else "lagrangian"  # prices need GPUs to act on
+    from oak.solve.dp import TREE_MAX_WORK
+
+    jobs = max(problem.num_jobs, 1)
+    if states * states * jobs <= TREE_MAX_WORK or states * jobs * max(problem.value.shape[1], 1) <= DP_DIRECT_WORK:
+        return "dp"
+    return "dp" if np.any(problem.gpus < 1) else CORE_METHOD
+
+
+def _solve_lagrangian_auto(problem: AssignmentProblem, exact: bool) -> tuple[IntArray, float | None, str]:
+    """Lagrangian allocation, then the core DP: with ``exact`` it must succeed (else the sequential DP runs, when
+    its work is below ``DP_MAX_WORK``); otherwise it is tried on a small budget and skipped if it would not fit.
+    Returns (choice, bound or None when proved optimal, method label)."""
+    from oak.solve.core import solve_core
+    from oak.solve.lagrangian import solve_lagrangian
+
+    res = solve_lagrangian(problem)
+    if res.gap <= 0.0:
+        return res.choice, None, CORE_METHOD
+    if exact:
+        core = solve_core(problem, res.prices, res.bound, res.choice)
+    else:
+        core = solve_core(problem, res.prices, res.bound, res.choice, max_states=2_000, max_jobs=48)
+    if core is not None:
+        return core, None, CORE_METHOD
+    states = float(np.prod(problem.capacity.astype(np.float64) + 1.0))
+    if exact and states * problem.num_jobs * max(problem.value.shape[1], 1) <= DP_MAX_WORK:
+        from oak.solve.dp import solve_dp_sequential
+
+        return solve_dp_sequential(problem), None, "dp"
+    return res.choice, res.bound, "lagrangian"
 
 
 def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> AssignmentResult:
-    """Solve exactly with the DP (``dp``), HiGHS (``highs``) or CVXPY + GLPK_MI (``cvxpy``).
+    """Solve exactly with the DP (``dp``), HiGHS (``highs``) or CVXPY + GLPK_MI (``cvxpy``), or with a certified
+    gap by the Lagrangian method (``lagrangian``).
 
-    ``auto`` takes the DP when the capacity state space is small (exact, and far faster than a MILP
-    solver's fixed overhead at cluster scales of tens of GPUs) and HiGHS otherwise.
+    ``auto`` picks by size (see ``auto_method``): exact up to tens of GPUs per type (DP, or Lagrangian prices plus a
+    DP over the jobs they leave open), the Lagrangian method with its certified gap beyond. ``bound`` ≥ optimum
+    and ``gap`` come with every result (bound = objective for exact answers).
     """
     if method not in SOLVER_METHODS:
         raise ValueError(f"solver method {method!r}: expected one of {SOLVER_METHODS}")
     start = time.perf_counter()
+    auto = method == "auto"
     reduced, base_choice, base_value = _apply_forced(problem)
     if method == "auto":
-        states = int(np.prod(reduced.capacity.astype(np.float64) + 1.0))
-        method = "dp" if states <= DP_MAX_STATES else "highs"
-    if method == "dp":
+        method = auto_method(reduced)
+    bound: float | None = None
+    if method == CORE_METHOD or (method == "lagrangian" and auto):
+        choice, bound, method = _solve_lagrangian_auto(reduced, exact=method == CORE_METHOD)
+    elif method == "dp":
         from oak.solve.dp import solve_dp
 
         choice = solve_dp(reduced)
@@ -70,18 +152,31 @@ def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> Assign
         from oak.solve.highs import solve_highs
 
         choice = solve_highs(reduced)
+    elif method == "lagrangian":
+        from oak.solve.lagrangian import solve_lagrangian
+
+        res = solve_lagrangian(reduced)
+        choice = res.choice
+        bound = res.bound
     else:
         from oak.solve.cvxpy_backend import solve_cvxpy
 
         choice = solve_cvxpy(reduced)
-    choice = np.where(base_choice >= 0, base_choice, choice)
-    objective = base_value + _objective(reduced, choice, skip=base_choice >= 0)
+    forced = base_choice >= 0
+    if reduced is not problem:
+        choice = np.where(forced, base_choice, choice)
+    free_value = _objective(reduced, choice, skip=forced if reduced is not problem else None)
+    objective = base_value + free_value
+    if bound is not None and free_value - 1e-9 * max(1.0, abs(free_value)) <= bound < free_value:
+        bound = free_value  # rounding in the last digits only: objective ≤ optimum ≤ bound holds exactly
+    total_bound = objective if bound is None else base_value + bound
     wall_ms = (time.perf_counter() - start) * 1e3
-    return AssignmentResult(choice=choice, objective=objective, method=method, wall_ms=wall_ms)
+    return AssignmentResult(choice=choice, objective=objective, method=method, wall_ms=wall_ms, bound=total_bound)
 
 
-def _objective(problem: AssignmentProblem, choice: IntArray, skip: BoolArray) -> float:
-    rows = np.flatnonzero((choice >= 0) & ~skip)
+def _objective(problem: AssignmentProblem, choice: IntArray, skip: BoolArray | None = None) -> float:
+    """Σ value of the chosen configurations, leaving out the rows in ``skip``."""
+    rows = np.flatnonzero(choice >= 0) if skip is None else np.flatnonzero((choice >= 0) & ~skip)
     return float(problem.value[rows, choice[rows]].sum())
 
 

@@ -1,4 +1,5 @@
-"""The per-round MILP solved exactly with HiGHS (``highspy``), built column-wise in one call."""
+"""The per-round MILP solved exactly with HiGHS (``highspy``), built column-wise in one call; and the small LPs
+of the Lagrangian method's price polish."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import sys
 import highspy
 import numpy as np
 
-from oak.model.snapshot import IntArray
+from oak.model.snapshot import FloatArray, IntArray
 from oak.solve.assignment import AssignmentProblem
 
 
-def solve_highs(problem: AssignmentProblem) -> IntArray:
-    """Optimal choice per job (−1 = none) from HiGHS's branch and bound (default gap settings tightened)."""
+def solve_highs(problem: AssignmentProblem, time_limit_s: float | None = None) -> IntArray:
+    """Optimal choice per job (−1 = none) from HiGHS's branch and bound (default gap settings tightened).
+
+    With ``time_limit_s`` (seconds) HiGHS stops there and :class:`HighsTimeLimit` is raised, carrying the best
+    feasible choice found so far (or None)."""
     n_jobs = problem.num_jobs
     rows, cols = np.nonzero(problem.valid)
     choice = np.full(n_jobs, -1, dtype=np.int64)
@@ -45,15 +49,79 @@ def solve_highs(problem: AssignmentProblem) -> IntArray:
     lp.a_matrix_.index_ = index
     lp.a_matrix_.value_ = value
     lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    if time_limit_s is not None:
+        h.setOptionValue("time_limit", float(time_limit_s))
     h.passModel(lp)
     h.run()
     status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kTimeLimit:
+        incumbent = None
+        if h.getInfo().primal_solution_status == 2:  # feasible point available
+            x = np.asarray(h.getSolution().col_value)
+            incumbent = choice.copy()
+            incumbent[rows[x > 0.5]] = cols[x > 0.5]
+        raise HighsTimeLimit(incumbent)
     if status != highspy.HighsModelStatus.kOptimal:
         raise RuntimeError(f"HiGHS did not solve the round's MILP: {h.modelStatusToString(status)}")
     x = np.asarray(h.getSolution().col_value)
     chosen = x > 0.5
     choice[rows[chosen]] = cols[chosen]
     return choice
+
+
+class HighsTimeLimit(RuntimeError):
+    """HiGHS hit its time limit; ``choice`` is its best feasible allocation then (None if it had none)."""
+
+    def __init__(self, choice: IntArray | None) -> None:
+        super().__init__("HiGHS stopped at its time limit")
+        self.choice = choice
+
+
+def solve_lp_max(
+    cost: FloatArray,
+    upper: FloatArray,
+    col_rows: IntArray,
+    col_coef: FloatArray,
+    col_start: IntArray,
+    row_upper: FloatArray,
+) -> tuple[FloatArray, FloatArray] | None:
+    """max cost·x s.t. A x ≤ row_upper, 0 ≤ x ≤ upper, A given column-wise (CSC: col_start, col_rows, col_coef).
+
+    Returns (x, y) with y ≥ 0 the dual value of each row (objective gain per unit of its right-hand side), or
+    None when HiGHS does not report an optimum."""
+    n = len(cost)
+    m = len(row_upper)
+    lp = highspy.HighsLp()
+    lp.num_col_ = n
+    lp.num_row_ = m
+    lp.sense_ = highspy.ObjSense.kMaximize
+    lp.col_cost_ = np.ascontiguousarray(cost, dtype=np.float64)
+    lp.col_lower_ = np.zeros(n)
+    lp.col_upper_ = np.ascontiguousarray(upper, dtype=np.float64)
+    lp.row_lower_ = np.full(m, -highspy.kHighsInf)
+    lp.row_upper_ = np.ascontiguousarray(row_upper, dtype=np.float64)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.ascontiguousarray(col_start, dtype=np.int32)
+    lp.a_matrix_.index_ = np.ascontiguousarray(col_rows, dtype=np.int32)
+    lp.a_matrix_.value_ = np.ascontiguousarray(col_coef, dtype=np.float64)
+    # For LPs this small presolve and worker threads cost far more than they save (tens of ms on a busy 2-core
+    # machine). HiGHS's thread scheduler is process-wide and fixed at its first run: if it already runs with more
+    # threads (a MILP ran first), asking for one is an error, and the LP runs again with the default.
+    h = None
+    for threads in (1, None):
+        h = _new_highs()
+        h.setOptionValue("presolve", "off")
+        if threads is not None:
+            h.setOptionValue("threads", threads)
+        h.passModel(lp)
+        if h.run() != highspy.HighsStatus.kError:
+            break
+    assert h is not None
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    sol = h.getSolution()
+    # The shadow price of a ≤ row in a maximisation is ≥ 0; HiGHS's sign convention for it has varied: take |y|.
+    return np.asarray(sol.col_value, dtype=np.float64), np.abs(np.asarray(sol.row_dual, dtype=np.float64))
 
 
 _quiet_once = False

@@ -318,34 +318,69 @@ def bench_decision(
 
 @bench_app.command("sim")
 def bench_sim(
-    workload: Annotated[str, typer.Option(help="Workload to simulate.")] = "medium",
+    workload: Annotated[str, typer.Option(help="Workload to simulate (embedded name or CSV path).")] = "medium",
+    cluster: Annotated[str, typer.Option(help="Cluster preset (e.g. paper-12, sia-64, sia-64x32).")] = "paper-12",
     policy: Annotated[str, typer.Option(help="Policy.")] = "oak",
     failure_rate: Annotated[float, typer.Option(help="λ.")] = 0.1,
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    reference: Annotated[
+        str | None, typer.Option(help="Reference solver run: highs or none (default: highs up to 64 GPUs).")
+    ] = None,
     json_path: JsonOpt = None,
 ) -> None:
-    """Simulated rounds per second with the default (auto) solver and with HiGHS forced, in the same run."""
+    """Simulated rounds per second and wall time with the default (auto) solver and, as the reference in the
+    same run, with HiGHS forced; set-up time and the process's peak memory."""
+    import resource
+
     from oak.io_util import write_json
+    from oak.model.cluster import cluster_preset
     from oak.policies import make_policy
     from oak.sim.simulator import Simulator
     from oak.workloads import load_workload
 
-    sim = Simulator(load_workload(workload))
+    if failure_rate < 0 or failure_rate > 1:
+        _fail(f"--failure-rate {failure_rate}: expected a probability in [0, 1]")
+    preset = cluster_preset(cluster)
+    ref = reference if reference is not None else ("highs" if preset.total_gpus <= 64 else "none")
+    if ref not in ("highs", "none"):
+        _fail(f"--reference {ref!r}: expected highs or none")
+    wl = load_workload(workload)
+    t0 = time.perf_counter()
+    sim = Simulator(wl, preset)
+    setup_s = time.perf_counter() - t0
     out = []
-    for solver in ("auto", "highs"):
+    for solver in ("auto", "highs") if ref == "highs" else ("auto",):
         res = sim.run(make_policy(policy, solver=solver), failure_rate, seed)
+        decided = float(np.sum(res.decision_ms)) / 1e3
         out.append(
             {
                 "solver": solver,
                 "rounds": len(res.decision_ms),
                 "wall_s": res.wall_s,
                 "rounds_per_s": len(res.decision_ms) / res.wall_s,
+                "decision_s": decided,
+                "simulator_s": res.wall_s - decided,
                 "decision_ms_median": float(np.median(res.decision_ms)),
                 "mean_jct_s": res.summary()["mean_jct_s"],
+                "unfinished_jobs": res.summary()["unfinished_jobs"],
             }
         )
-    table = Table(title=f"simulator speed: {policy} on {workload}, λ = {failure_rate:g}, seed {seed}")
-    for col in ("solver", "rounds", "wall (s)", "rounds/s", "median decision (ms)", "mean JCT (s)"):
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    title = (
+        f"simulator speed: {policy} on {wl.name} ({len(wl.jobs)} jobs), {cluster} ({preset.total_gpus} GPUs), "
+        f"λ = {failure_rate:g}, seed {seed}"
+    )
+    table = Table(title=title)
+    for col in (
+        "solver",
+        "rounds",
+        "wall (s)",
+        "rounds/s",
+        "decisions (s)",
+        "simulator (s)",
+        "median decision (ms)",
+        "mean JCT (s)",
+    ):
         table.add_column(col, justify="right")
     for r in out:
         table.add_row(
@@ -353,13 +388,29 @@ def bench_sim(
             str(r["rounds"]),
             f"{r['wall_s']:.2f}",
             f"{r['rounds_per_s']:,.0f}",
+            f"{r['decision_s']:.2f}",
+            f"{r['simulator_s']:.2f}",
             f"{r['decision_ms_median']:.3f}",
             f"{r['mean_jct_s']:,.0f}",
         )
     console.print(table)
-    console.print(
-        f"speed ratio auto/HiGHS: {out[0]['rounds_per_s'] / out[1]['rounds_per_s']:.1f}x "
-        f"(identical JCT: {out[0]['mean_jct_s'] == out[1]['mean_jct_s']})"
-    )
+    console.print(f"set-up {setup_s:.2f} s · peak memory {peak_mb:,.0f} MB (whole process)")
+    if len(out) == 2:
+        console.print(
+            f"speed ratio auto/HiGHS: {out[0]['rounds_per_s'] / out[1]['rounds_per_s']:.1f}x "
+            f"(identical JCT: {out[0]['mean_jct_s'] == out[1]['mean_jct_s']})"
+        )
     if json_path is not None:
-        write_json(Path(json_path), {"sim": out})
+        write_json(
+            Path(json_path),
+            {
+                "workload": wl.name,
+                "jobs": len(wl.jobs),
+                "cluster": cluster,
+                "gpus": preset.total_gpus,
+                "policy": policy,
+                "setup_s": setup_s,
+                "peak_rss_mb": peak_mb,
+                "sim": out,
+            },
+        )

@@ -154,24 +154,29 @@ def test_jobs_file_errors_name_line_and_field(text: str, expected: str) -> None:
 def test_corrupt_newest_checkpoint_is_skipped_and_counted(tmp_path: Path) -> None:
     """Interrupt a run, corrupt the job's newest checkpoint, resume: the worker falls back to the previous
     valid checkpoint, the job still ends with exactly its target steps, and the run records the loss."""
-    text = "jobs:\n  - {name: c, model: tiny, target_steps: 400, max_gpus: 1, batch_size: 32, ckpt_every: 20}\n"
+    text = "jobs:\n  - {name: c, model: tiny, target_steps: 3000, max_gpus: 1, batch_size: 32, ckpt_every: 20}\n"
     jobs = parse_jobs(text, "c.yaml")
     run_dir = tmp_path / "run"
     job_dir = run_dir / "jobs" / "c"
-    opts = RuntimeOptions(devices=1, round_s=2.0, tick_s=0.1, time_limit_s=8.0)
-    first = RuntimeScheduler(jobs, make_policy("sia"), run_dir, opts).run()
-    assert first.jobs[0].jct_s is None, "the job finished before the time limit; raise target_steps"
+    opts = RuntimeOptions(devices=1, round_s=2.0, tick_s=0.05, time_limit_s=300.0)
+    first_sched = RuntimeScheduler(jobs, make_policy("sia"), run_dir, opts)
+
+    def interrupt_after_two_checkpoints(now: float, done: int, total: int) -> None:
+        if len(list(job_dir.glob("ckpt-*.sha256"))) >= 2:
+            first_sched.interrupted = True  # what SIGTERM does: stop with a checkpoint, resume later
+
+    first = first_sched.run(progress=interrupt_after_two_checkpoints)
+    assert first.jobs[0].jct_s is None, "the job finished before it was interrupted"
     ckpts = sorted(job_dir.glob("ckpt-*.pt"))
     assert len(ckpts) >= 2
     newest = ckpts[-1]
     data = bytearray(newest.read_bytes())
     data[len(data) // 2] ^= 0xFF
     newest.write_bytes(bytes(data))
-    opts = RuntimeOptions(devices=1, round_s=2.0, tick_s=0.1, time_limit_s=400.0)
     sched = RuntimeScheduler(jobs, make_policy("sia"), run_dir, opts)
     second = sched.run()
     assert second.jobs[0].jct_s is not None
-    _check_done(run_dir, {"c": 400})
+    _check_done(run_dir, {"c": 3000})
     assert sched.records[0].corrupt_skipped >= 1
     step = [int(p.stem.split("-")[1]) for p in ckpts]
     assert sched.records[0].lost_steps == step[-1] - step[-2]

@@ -126,7 +126,7 @@ JitterOpt = Annotated[float, typer.Option(help="Seeded submission jitter, unifor
 HorizonOpt = Annotated[
     float, typer.Option(help="Stop simulating after this many seconds (unfinished jobs are reported).")
 ]
-SolverOpt = Annotated[str, typer.Option(help="Round solver: auto (exact DP or HiGHS), dp, highs, cvxpy.")]
+SolverOpt = Annotated[str, typer.Option(help="Round solver: auto (by size: exact DP, Lagrangian + core DP, or Lagrangian with a certified gap), dp, lagrangian, highs, cvxpy.")]
 #: The presets of ``oak.model.cluster.CLUSTER_PRESETS`` (spelled out so that ``oak --help`` does not import numpy;
 #: a test checks that every preset is named).
 CLUSTER_HELP = (

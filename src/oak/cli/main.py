@@ -126,7 +126,12 @@ JitterOpt = Annotated[float, typer.Option(help="Seeded submission jitter, unifor
 HorizonOpt = Annotated[
     float, typer.Option(help="Stop simulating after this many seconds (unfinished jobs are reported).")
 ]
-SolverOpt = Annotated[str, typer.Option(help="Round solver: auto (by size: exact DP, Lagrangian + core DP, or Lagrangian with a certified gap), dp, lagrangian, highs, cvxpy.")]
+SolverOpt = Annotated[
+    str,
+    typer.Option(
+        help="Round solver: auto (by size: exact DP, Lagrangian + core DP, or Lagrangian with a certified gap), dp, lagrangian, highs, cvxpy."
+    ),
+]
 #: The presets of ``oak.model.cluster.CLUSTER_PRESETS`` (spelled out so that ``oak --help`` does not import numpy;
 #: a test checks that every preset is named).
 CLUSTER_HELP = (
@@ -142,6 +147,25 @@ PopulationOpt = Annotated[
 GenerationsOpt = Annotated[
     int | None, typer.Option(help="NSGA-II generations of pollux (default 100) and hybrid-oak (default 20).")
 ]
+
+
+def jobs_table(result: Any, title: str, digits: int = 0) -> Table:
+    """Per-job metrics of a RunResult (JCT, restarts, failures, T_progress, T_ckpt, T_queue; seconds)."""
+    table = Table(title=title)
+    for col in ("job", "app", "JCT (s)", "restarts", "failures", "T_progress (s)", "T_ckpt (s)", "T_queue (s)"):
+        table.add_column(col, justify="right" if col not in ("job", "app") else "left")
+    for j in result.jobs:
+        table.add_row(
+            j.name,
+            j.application,
+            "unfinished" if j.jct_s is None else f"{j.jct_s:,.{digits}f}",
+            str(j.restarts),
+            str(j.failures),
+            f"{j.t_progress_s:,.{digits}f}",
+            f"{j.t_ckpt_s:,.{digits}f}",
+            f"{j.t_queue_s:,.{digits}f}",
+        )
+    return table
 
 
 @app.command()
@@ -180,29 +204,7 @@ def simulate(
     spec = RunSpec(policy, workload, failure_rate, seed, cluster, physics, params[policy])
     _check_spec(spec)
     result = run_one(spec)
-    table = Table(title=f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}")
-    for col in (
-        "job",
-        "app",
-        "JCT (s)",
-        "restarts",
-        "failures",
-        "T_progress (s)",
-        "T_ckpt (s)",
-        "T_queue (s)",
-    ):
-        table.add_column(col, justify="right" if col not in ("job", "app") else "left")
-    for j in result.jobs:
-        table.add_row(
-            j.name,
-            j.application,
-            "unfinished" if j.jct_s is None else f"{j.jct_s:,.0f}",
-            str(j.restarts),
-            str(j.failures),
-            f"{j.t_progress_s:,.0f}",
-            f"{j.t_ckpt_s:,.0f}",
-            f"{j.t_queue_s:,.0f}",
-        )
+    table = jobs_table(result, f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}")
     console.print(table)
     s = result.summary()
     console.print(

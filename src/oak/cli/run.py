@@ -7,27 +7,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from oak.cli.main import _fail, app, console, err_console
+from oak.cli.main import _fail, app, console, err_console, jobs_table
 
 
 def print_run_table(result: Any, title: str) -> None:
     """Per-job and per-run metrics of a RunResult (the same columns as ``oak simulate``)."""
-    table = Table(title=title)
-    for col in ("job", "app", "JCT (s)", "restarts", "failures", "T_progress (s)", "T_ckpt (s)", "T_queue (s)"):
-        table.add_column(col, justify="right" if col not in ("job", "app") else "left")
-    for j in result.jobs:
-        table.add_row(
-            j.name,
-            j.application,
-            "unfinished" if j.jct_s is None else f"{j.jct_s:,.1f}",
-            str(j.restarts),
-            str(j.failures),
-            f"{j.t_progress_s:,.1f}",
-            f"{j.t_ckpt_s:,.1f}",
-            f"{j.t_queue_s:,.1f}",
-        )
+    table = jobs_table(result, title, digits=1)
     console.print(table)
     s = result.summary()
     console.print(

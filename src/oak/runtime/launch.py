@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -164,6 +164,32 @@ class WorkerHandle:
         self.kill()
 
 
+def spawn_rank(
+    argv: list[str],
+    env: Mapping[str, str],
+    log_path: str | Path,
+    note: str = "",
+    preexec_fn: Callable[[], None] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start one rank process from an argument list (no shell) in its own session, stdout and stderr appended
+    to ``log_path`` (mode 0600) after a start line; ``note`` is added to that line."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"=== {time.strftime('%Y-%m-%dT%H:%M:%S')} start{note}: {argv[1:]}\n".encode())
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            close_fds=True,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+        )
+    finally:
+        os.close(fd)
+
+
 def start_worker(
     job_dir: str | Path,
     spec: WorkerSpec,
@@ -224,22 +250,7 @@ def start_worker(
                 argv += ["--device", "cpu", "--threads", str(len(share))]
                 if pin_cpus:
                     argv += ["--cpus", ",".join(str(i) for i in share)]
-            fd = os.open(job / f"rank{rank}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, f"=== {time.strftime('%Y-%m-%dT%H:%M:%S')} start: {argv[1:]}\n".encode())
-                procs.append(
-                    subprocess.Popen(
-                        argv,
-                        stdin=subprocess.DEVNULL,
-                        stdout=fd,
-                        stderr=subprocess.STDOUT,
-                        env=renv,
-                        close_fds=True,
-                        start_new_session=True,
-                    )
-                )
-            finally:
-                os.close(fd)
+            procs.append(spawn_rank(argv, renv, job / f"rank{rank}.log"))
     except BaseException:
         for p in procs:
             p.kill()

@@ -40,7 +40,7 @@ from typing import Any
 
 from oak.errors import OakInputError
 from oak.runtime.executor import JobState, Launch, worker_spec
-from oak.runtime.launch import DONE_FILE, STATUS_FILE, free_port
+from oak.runtime.launch import DONE_FILE, STATUS_FILE, free_port, spawn_rank
 
 try:
     import ray
@@ -121,22 +121,13 @@ class _RankActor:
 
     def _own(self, argv: list[str], env: dict[str, str], log_path: str) -> None:
         try:
-            fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-                os.write(fd, f"=== {stamp} start (ray actor pid {os.getpid()}): {argv[1:]}\n".encode())
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=fd,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    close_fds=True,
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent(os.getpid()),  # only prctl in the child
-                )
-            finally:
-                os.close(fd)
+            proc = spawn_rank(
+                argv,
+                env,
+                log_path,
+                note=f" (ray actor pid {os.getpid()})",
+                preexec_fn=_die_with_parent(os.getpid()),  # only prctl in the child
+            )
         except BaseException as exc:
             self._error = f"{type(exc).__name__}: {exc}"
             self._code = _DIED

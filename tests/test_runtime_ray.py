@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import sqlite3
 import time
@@ -22,6 +21,7 @@ from oak.runtime.executor import Launch  # noqa: E402
 from oak.runtime.jobs_file import RuntimeJob, parse_jobs  # noqa: E402
 from oak.runtime.ray_executor import RayExecutor  # noqa: E402
 from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler, newest_checkpoint_step  # noqa: E402
+from test_runtime_scheduler import _check_done  # noqa: E402  (same completion check as the local executor)
 
 TWO_JOBS = """
 jobs:
@@ -78,16 +78,6 @@ def _wait_for(cond: object, timeout_s: float) -> bool:
             return True
         time.sleep(0.1)
     return False
-
-
-def _check_done(run_dir: Path, targets: dict[str, int]) -> None:
-    for name, target in targets.items():
-        job_dir = run_dir / "jobs" / name
-        assert (job_dir / "done").is_file(), f"{name} has no done marker"
-        status = json.loads((job_dir / "status.json").read_text())
-        assert status["step"] == target and status["done"] is True
-        with open(job_dir / "loss.csv", encoding="utf-8") as fh:
-            assert {int(row["step"]) for row in csv.DictReader(fh)} == set(range(1, target + 1))
 
 
 def test_scheduler_completes_two_jobs_on_ray(tmp_path: Path) -> None:

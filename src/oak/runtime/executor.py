@@ -125,12 +125,6 @@ class LocalExecutor:
         if h is not None:
             h.kill()
 
-    def forget(self, name: str) -> None:
-        """Drop a finished job's handle (its processes have exited)."""
-        h = self._handles.pop(name, None)
-        if h is not None:
-            h.kill()
-
     def shutdown(self) -> None:
         for name in list(self._handles):
             self.kill(name)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 import os
 import signal
@@ -269,7 +270,7 @@ class RuntimeScheduler:
             if done and not r.done:
                 r.done = True
                 r.finish_s = r.finish_s if r.finish_s is not None else r.launched_at_s
-            r.pids, r.devices, r.config, r.shape, r.ready, r.launched_at_s = [], [], -1, -1, False, None
+            r.unplace()
 
     # ------------------------------------------------------------------ measure
     def _observe(self, records: list[JobRecord], now: float, dt: float) -> bool:
@@ -302,7 +303,7 @@ class RuntimeScheduler:
             if state == "done":
                 self.executor.kill(job.name)
                 r.step = job.target_steps
-                r.devices, r.pids, r.config, r.shape, r.ready, r.launched_at_s = [], [], -1, -1, False, None
+                r.unplace()
                 r.done, r.finish_s = True, now
                 changed = True
             elif state in ("failed", "stopped"):
@@ -314,7 +315,7 @@ class RuntimeScheduler:
         return changed
 
     def _release(self, job: RuntimeJob, r: JobRecord) -> None:
-        r.devices, r.pids, r.config, r.shape, r.ready, r.launched_at_s = [], [], -1, -1, False, None
+        r.unplace()
         self._read_step(job, r)
 
     def _read_step(self, job: RuntimeJob, r: JobRecord) -> None:
@@ -414,7 +415,7 @@ class RuntimeScheduler:
             if issues:
                 allocation["_reconcile"] = list(issues)  # job names cannot start with '_'
         k = self.store.rounds()
-        self.store.save(records, None, (k, now, ms, _dumps(allocation)))
+        self.store.save(records, None, (k, now, ms, json.dumps(allocation, sort_keys=True)))
 
     # ------------------------------------------------------------------ results
     def _result(self, records: list[JobRecord], end: float, wall: float) -> RunResult:
@@ -448,12 +449,6 @@ class RuntimeScheduler:
             end_time_s=end,
             wall_s=wall,
         )
-
-
-def _dumps(obj: Any) -> str:
-    import json
-
-    return json.dumps(obj, sort_keys=True)
 
 
 def newest_checkpoint_step(job_dir: Path) -> int:

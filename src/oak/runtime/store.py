@@ -56,6 +56,10 @@ class JobRecord:
     corrupt_skipped: int = 0
     lost_steps: int = 0
 
+    def unplace(self) -> None:
+        """The job holds no devices and runs no workers (stopped, failed, finished or orphan reaped)."""
+        self.devices, self.pids, self.config, self.shape, self.ready, self.launched_at_s = [], [], -1, -1, False, None
+
     @classmethod
     def from_json(cls, text: str) -> JobRecord:
         return cls(**json.loads(text))

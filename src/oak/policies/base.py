@@ -9,12 +9,27 @@ from oak.model.snapshot import Allocation, RoundSnapshot
 
 
 class Policy(Protocol):
-    """A scheduling policy: ``decide`` is a pure function of the snapshot."""
+    """A scheduling policy: ``decide`` is a pure function of the snapshot.
+
+    Optional attributes, read with ``getattr`` (a policy without them gets the default):
+
+    * ``needs_node_goodput`` (default False): fill ``RoundSnapshot.node_goodput``.
+    * ``reads_clock`` (default True): False declares that ``decide`` is deterministic and reads none of the
+      snapshot's clock fields (``time_s``, ``age_s``, ``t_queue_s``), so two snapshots equal in every other field
+      get the same allocation. The simulator then skips the rounds of an idle stretch (no job holds GPUs, no
+      arrival) whose decision is provably the one just taken; see :func:`reads_clock`.
+    """
 
     @property
     def name(self) -> str: ...
 
     def decide(self, snap: RoundSnapshot) -> Allocation: ...
+
+
+def reads_clock(policy: object) -> bool:
+    """Whether ``policy``'s decisions may depend on the clock: its ``reads_clock`` attribute, True when missing
+    (only a policy that declares otherwise is trusted to ignore ``time_s``, ``age_s`` and ``t_queue_s``)."""
+    return bool(getattr(policy, "reads_clock", True))
 
 
 POLICY_DESCRIPTIONS: dict[str, str] = {

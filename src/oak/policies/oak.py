@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oak.model.snapshot import Allocation, RoundSnapshot
-from oak.scoring import UtilityParams, utility_matrix, utility_params
+from oak.scoring import RestartFactor, UtilityParams, utility_matrix, utility_params
 from oak.solve import AssignmentProblem, solve_assignment
 
 
@@ -20,6 +20,14 @@ class OakPolicy:
     params: UtilityParams = UtilityParams()
     solver: str = "auto"
     name: str = "oak"
+
+    @property
+    def reads_clock(self) -> bool:
+        """Whether a decision may depend on the clock (see ``Policy``): the age key reads ``t_queue_s`` and the
+        aggregate restart factor ``age_s``. Without both, ``decide`` reads only clock-free fields (goodput, valid,
+        t_progress_s, t_ckpt_s, restart_penalty_s and the capacity arrays; never ``current`` or ``policy_state``)
+        and the solvers are deterministic, with no time limit."""
+        return self.params.age_key or self.params.restart_factor is RestartFactor.AGGREGATE
 
     @classmethod
     def with_params(cls, name: str = "oak", solver: str = "auto", **kwargs: Any) -> OakPolicy:

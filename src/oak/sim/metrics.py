@@ -41,7 +41,13 @@ class JobResult:
 
 @dataclass(frozen=True)
 class RunResult:
-    """One simulated run: its key (policy, workload, failure rate, seed), jobs and decision times (ms)."""
+    """One simulated run: its key (policy, workload, failure rate, seed), jobs and decision times (ms).
+
+    ``decision_ms`` holds one entry per decision taken. Rounds not decided because provably unchanged are not
+    timed: the simulator skips the grid rounds of an idle stretch (no job holds GPUs, no arrival) for a policy
+    that does not read the clock (``reads_clock`` False, e.g. oak-no-age, goodput), so for such a policy
+    ``len(decision_ms)`` (``summary()["rounds"]``) counts decided rounds, not elapsed ones.
+    """
 
     policy: str
     workload: str

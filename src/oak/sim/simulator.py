@@ -5,6 +5,13 @@ completion, failure). Between events every job's state changes linearly, so the 
 event to event. Failures are paired across policies: in grid interval k, job j fails at
 k·round_s + round_s·v(seed, j, k) if u(seed, j, k) < λ and it holds GPUs at that instant, with u, v
 counter-based uniforms (``oak.sim.rng``) that do not depend on the policy.
+
+Idle stretches are fast-forwarded exactly: once a decision leaves every job without GPUs (and none held GPUs
+before it), nothing can change until the next arrival, except the clock and the waiting jobs' T_queue. If the
+policy declares that it does not read the clock (``reads_clock`` False, ``oak.policies.base``), or no job is
+active, each grid round up to the next arrival (or the horizon) would repeat the same decision; the simulator
+then only accumulates T_queue over those rounds, in the same per-round steps (bit-identical sums), without
+building snapshots or calling the policy. With an ``on_round`` observer no round is skipped.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from oak.model.config import Configuration, sia_configurations
 from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array
 from oak.placement import place, place_replicas
 from oak.placement.placer import GpuSet
-from oak.policies.base import Policy
+from oak.policies.base import Policy, reads_clock
 from oak.sim import rng
 from oak.sim.metrics import JobResult, RunResult
 from oak.sim.physics import PhysicsOptions
@@ -108,8 +115,13 @@ class Simulator:
         cluster: Cluster | None = None,
         catalog: Catalog | None = None,
         physics: PhysicsOptions | None = None,
+        *,
+        idle_fast_forward: bool = True,
     ) -> None:
+        """``idle_fast_forward``: skip the provably unchanged rounds of idle stretches (module docstring); False
+        steps and decides round by round (same results, for tests)."""
         self.workload = workload
+        self.idle_fast_forward = idle_fast_forward
         self.cluster = cluster if cluster is not None else cluster_preset("paper-12")
         self.catalog = catalog if catalog is not None else Catalog.load()
         self.physics = physics if physics is not None else PhysicsOptions()
@@ -216,6 +228,8 @@ class Simulator:
         block_start = -(2**62)
         u_block = v_block = np.ones((0, n))
         decision_ms: list[float] = []
+        skip_idle = self.idle_fast_forward and on_round is None
+        clock_free = skip_idle and not reads_clock(policy)
         decide = True
         st.arrived |= st.submit <= t + _EPS
         while True:
@@ -228,13 +242,29 @@ class Simulator:
                     v_block = rng.uniforms_block(seed, rng.STREAM_FAILURE_OFFSET, self.keys, k, _RNG_BLOCK)
                 fail_u = u_block[k - block_start]
                 fail_time = (k + v_block[k - block_start]) * round_s
+            idle = False
             if decide:
                 active = np.flatnonzero(st.arrived & ~st.done)
                 if len(active):
+                    idle_before = not bool((st.shape >= 0).any())
+                    state_before = st.policy_state
                     self._decide(st, t, active, policy, decision_ms, on_round)
+                    # The next rounds' snapshots equal this one but for the clock fields: the same decision.
+                    idle = (
+                        clock_free
+                        and idle_before
+                        and state_before is None
+                        and st.policy_state is None
+                        and not bool((st.shape >= 0).any())
+                    )
+                else:
+                    idle = skip_idle  # no active job: no decision, nothing changes but the clock
                 decide = False
             if bool(st.done.all()) or t >= ph.horizon_s:
                 break
+            if idle:
+                t = self._fast_forward(st, t)
+                continue  # the loop's state at the last skipped round (k and failure uniforms from the top)
             self._update_rates(st)
             # ---- next event
             alloc = st.shape >= 0
@@ -316,6 +346,27 @@ class Simulator:
         )
 
     # ------------------------------------------------------------ helpers
+    def _fast_forward(self, st: JobsState, t: float) -> float:
+        """Step from ``t`` over the grid rounds whose decision is skipped, with no job holding GPUs: those the
+        event loop would reach next (same ``k``, same round times) that fall before the horizon and bring no
+        arrival. Only T_queue of the waiting jobs changes, by the loop's per-round ``dt`` (same float sums); the
+        loop then resumes at the last skipped round with nothing to decide. Returns the new time."""
+        round_s, horizon = self.physics.round_s, self.physics.horizon_s
+        pending = ~st.arrived
+        next_arrival = float(st.submit[pending].min()) if pending.any() else math.inf
+        waiting = np.flatnonzero(st.arrived & ~st.done)  # no job holds GPUs: every active job waits
+        tq = st.t_queue[waiting]
+        while True:
+            g = (math.floor(t / round_s + _EPS) + 1) * round_s  # the loop's next grid round
+            if not (g < horizon and next_arrival > g + _EPS):
+                break
+            dt = g - t
+            if dt > 0 and len(tq):
+                tq += dt
+            t = g
+        st.t_queue[waiting] = tq
+        return t
+
     def _gpu_count(self, st: JobsState) -> np.ndarray:
         return np.where(st.shape >= 0, self.shape_replicas[np.maximum(st.shape, 0)], 0)
 

@@ -1,0 +1,126 @@
+"""Idle fast-forward: skipping the provably unchanged rounds of idle stretches gives bit-identical results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from oak.model.snapshot import Allocation, RoundSnapshot
+from oak.policies import make_policy
+from oak.policies.base import Policy, reads_clock
+from oak.sim import PhysicsOptions, Simulator
+from oak.sim.metrics import RunResult
+from oak.workloads import load_workload
+
+#: Arrivals end near 10,000 s; oak-no-age starves jobs soon after, so this horizon holds long idle stretches
+#: while the round-by-round runs stay short.
+HORIZON_S = 100_000.0
+
+
+def _key(res: RunResult) -> list[Any]:
+    """Every per-job and per-run result, floats as hex (bit-exact; -0.0 ≠ 0.0)."""
+
+    def h(x: float | None) -> str | None:
+        return None if x is None else float(x).hex()
+
+    rows: list[Any] = [
+        (
+            j.name,
+            h(j.jct_s),
+            j.restarts,
+            j.failures,
+            h(j.t_progress_s),
+            h(j.t_ckpt_s),
+            h(j.t_queue_s),
+            h(j.gpu_s_used),
+            h(j.gpu_s_lost),
+        )
+        for j in res.jobs
+    ]
+    rows.append((h(res.end_time_s), h(res.makespan_s)))
+    return rows
+
+
+def _pair(workload: str, physics: PhysicsOptions) -> tuple[Simulator, Simulator]:
+    wl = load_workload(workload)
+    return Simulator(wl, physics=physics), Simulator(wl, physics=physics, idle_fast_forward=False)
+
+
+@pytest.mark.parametrize("workload", ["medium", "congestion"])
+def test_oak_no_age_fast_forward_is_bit_identical(workload: str) -> None:
+    fast, slow = _pair(workload, PhysicsOptions(horizon_s=HORIZON_S))
+    for lam in (0.05, 0.1):
+        for seed in (0, 1):
+            a = fast.run(make_policy("oak-no-age", seed=seed), lam, seed)
+            b = slow.run(make_policy("oak-no-age", seed=seed), lam, seed)
+            assert _key(a) == _key(b), (workload, lam, seed)
+            assert len(a.decision_ms) < len(b.decision_ms) / 4  # idle rounds were skipped, not decided
+
+
+def test_fast_forward_bit_identical_off_grid_times() -> None:
+    """A round length that is not a binary fraction and jittered arrivals: the skipped rounds' times and T_queue
+    sums must still follow the event loop's float arithmetic exactly (and the horizon is off the grid)."""
+    fast, slow = _pair("medium", PhysicsOptions(round_s=17.3, arrival_jitter_s=37.0, horizon_s=40_001.7))
+    for seed in (3, 4):
+        a = fast.run(make_policy("oak-no-age"), 0.1, seed)
+        b = slow.run(make_policy("oak-no-age"), 0.1, seed)
+        assert _key(a) == _key(b), seed
+        assert len(a.decision_ms) < len(b.decision_ms) / 2
+
+
+def test_clock_reading_policy_unchanged() -> None:
+    """OAK reads the clock (age key): every round is still decided, with the same results."""
+    fast, slow = _pair("small", PhysicsOptions(horizon_s=HORIZON_S))
+    a = fast.run(make_policy("oak"), 0.1, 2)
+    b = slow.run(make_policy("oak"), 0.1, 2)
+    assert _key(a) == _key(b)
+    assert len(a.decision_ms) == len(b.decision_ms)
+
+
+@dataclass
+class _Opaque:
+    """Wraps a policy without declaring ``reads_clock``: the simulator must assume it reads the clock."""
+
+    inner: Policy
+    calls: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def decide(self, snap: RoundSnapshot) -> Allocation:
+        self.calls += 1
+        return self.inner.decide(snap)
+
+
+def test_policy_without_attribute_is_never_fast_forwarded() -> None:
+    fast, slow = _pair("medium", PhysicsOptions(horizon_s=60_000.0))
+    opaque = _Opaque(make_policy("oak-no-age"))
+    assert reads_clock(opaque)
+    a = fast.run(opaque, 0.1, 0)
+    b = slow.run(make_policy("oak-no-age"), 0.1, 0)
+    assert _key(a) == _key(b)
+    assert opaque.calls == len(a.decision_ms) == len(b.decision_ms)
+    c = fast.run(make_policy("oak-no-age"), 0.1, 0)
+    assert _key(c) == _key(b) and len(c.decision_ms) < len(b.decision_ms)
+
+
+def test_observer_disables_fast_forward() -> None:
+    fast, slow = _pair("medium", PhysicsOptions(horizon_s=60_000.0))
+    seen: list[float] = []
+    a = fast.run(make_policy("oak-no-age"), 0.1, 0, on_round=lambda snap, _a, _p: seen.append(snap.time_s))
+    b = slow.run(make_policy("oak-no-age"), 0.1, 0)
+    assert _key(a) == _key(b)
+    assert len(seen) == len(a.decision_ms) == len(b.decision_ms)
+
+
+def test_reads_clock_declarations() -> None:
+    assert reads_clock(object())  # missing attribute ⇒ reads the clock
+    assert not reads_clock(make_policy("oak-no-age"))
+    assert not reads_clock(make_policy("goodput"))
+    assert not reads_clock(make_policy("oak-no-age", restart_factor="off"))
+    assert reads_clock(make_policy("oak-no-age", restart_factor="aggregate"))  # reads age_s
+    for name in ("oak", "oak-no-restart", "oak-aggregate", "sia", "pollux", "hybrid-oak", "gavel", "drf"):
+        assert reads_clock(make_policy(name, seed=0)), name

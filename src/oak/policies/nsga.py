@@ -1,10 +1,10 @@
 """Shared NSGA-II plumbing of the genetic policies (Pollux, Hybrid OAK).
 
 Both policies minimise one objective (Pollux's F2 is disabled in the simulators; Hybrid OAK has one), so
-NSGA-II's non-dominated rank is the rank of F and its crowding distance only breaks ties. Two engines run
+NSGA-II's non-dominated rank is the rank of F and its crowding distance only breaks ties. Three engines run
 the same operators:
 
-* ``numpy`` (default): an array-native NSGA-II loop — binary tournaments on random permutations (lower F
+* ``numpy``: an array-native NSGA-II loop — binary tournaments on random permutations (lower F
   wins, ties at random), crossover with probability 0.9, mutation of every offspring, repair, then
   elitist (μ + λ) survival by (duplicate last, F, random). The population is one integer array, so a
   generation costs a few dozen vectorised numpy calls (≈ 1 ms for Pollux at 100 individuals).
@@ -13,6 +13,8 @@ the same operators:
   ≈ 11 ms per generation at population 100 on the 2-core development machine (1.15 s for a 100 × 100 run
   with operators that do nothing, mostly binary_tournament, Population.get/set and RankAndCrowding), so
   it is the reference implementation, not the default.
+* ``numba`` (the policies' default): each policy's own compiled copy of this loop and its operators (``pollux_kernel``,
+  ``hybrid_kernel``), which the policy runs itself; :func:`nsga2` takes only the two engines above.
 
 ``eliminate_duplicates`` (as pymoo's option; Pollux's pymoo 0.4 ran with it on): offspring equal to one
 another or to the population are replaced by further matings. Hybrid OAK uses it (its space is small and a
@@ -40,7 +42,7 @@ import numpy.typing as npt
 from oak.errors import OakInputError
 from oak.model.snapshot import FloatArray, IntArray, RoundSnapshot
 
-ENGINES = ("numpy", "pymoo")
+ENGINES = ("numba", "numpy", "pymoo")
 CROSSOVER_PROB = 0.9
 #: Matings per generation at most while duplicate offspring are replaced (pymoo allows 100).
 MATING_TRIES = 10
@@ -156,7 +158,7 @@ def nsga2(
     if engine == "pymoo":
         return _nsga2_pymoo(initial, ops, population, generations, rng, eliminate_duplicates)
     if engine != "numpy":
-        raise ValueError(f"engine {engine!r}: expected one of {ENGINES}")
+        raise ValueError(f"engine {engine!r}: nsga2 runs 'numpy' or 'pymoo' (the policies run 'numba' themselves)")
     x = ops.repair(initial, rng)
     f = ops.evaluate(x)
     x, f = _survive(x, f, population, rng)

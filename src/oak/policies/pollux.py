@@ -261,8 +261,9 @@ def _fair_share_goodput(ng: FloatArray, node_gpus: IntArray, node_type: IntArray
 class PolluxPolicy:
     """Pollux (reference §4) at its published defaults: population 100, 100 generations, p = −1, δ = 30 s.
 
-    ``engine``: "numpy" (array-native NSGA-II, default) or "pymoo" (pymoo's NSGA2, slower; see
-    ``oak.policies.nsga``). Randomness derives from ``seed`` and the snapshot time only.
+    ``engine``: "numba" (default: the same loop and operators compiled, ``oak.policies.pollux_kernel``,
+    ~10× faster), "numpy" (array-native NSGA-II) or "pymoo" (pymoo's NSGA2, slower; see ``oak.policies.nsga``).
+    Randomness derives from ``seed`` and the snapshot time only.
     """
 
     population: int = 100
@@ -270,7 +271,7 @@ class PolluxPolicy:
     p: float = -1.0
     restart_delta_s: float = 30.0
     seed: int = 0
-    engine: str = "numpy"
+    engine: str = "numba"
     name: str = "pollux"
 
     needs_node_goodput: ClassVar[bool] = True
@@ -320,24 +321,30 @@ class PolluxPolicy:
         rng = policy_rng(self.seed, snap)
         prob = self.problem(snap)
         init = self.initial_population(snap, prob, rng)
-        res = nsga2(
-            init,
-            prob.operators(),
-            population=self.population,
-            generations=self.generations,
-            rng=rng,
-            engine=self.engine,
-        )
+        if self.engine == "numba":
+            from oak.policies import pollux_kernel
+
+            pop, obj, evaluations = pollux_kernel.run_round(init, prob, self.generations, rng)
+        else:
+            res = nsga2(
+                init,
+                prob.operators(),
+                population=self.population,
+                generations=self.generations,
+                rng=rng,
+                engine=self.engine,
+            )
+            pop, obj, evaluations = res.population, res.objective, res.evaluations
         replicas = np.zeros((j, k), dtype=np.int64)
-        replicas[prob.order] = res.population[0]
+        replicas[prob.order] = pop[0]
         names = tuple(snap.job_names[i] for i in prob.order)
-        final = res.population.copy()
+        final = pop.copy()
         final.setflags(write=False)
         return Allocation(
             config=np.full(j, -1, dtype=np.int64),
             replicas=replicas,
-            objective=float(-res.objective[0]),
+            objective=float(-obj[0]),
             method="nsga2",
-            info={"solve_ms": (time.perf_counter() - start) * 1e3, "evaluations": float(res.evaluations)},
+            info={"solve_ms": (time.perf_counter() - start) * 1e3, "evaluations": float(evaluations)},
             state=GeneticState(kind=STATE_KIND, job_names=names, population=final),
         )

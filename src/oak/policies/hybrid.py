@@ -15,6 +15,12 @@ Pollux's single cut: with ≤ 12 genes a single cut rarely separates good partia
 Initial population: the current allocation (repaired), the previous round's final population re-indexed
 by job name (new jobs −1) filling up to three quarters, and random individuals (each gene uniform over
 its options) for the rest.
+
+Engines: "numba" (default) runs the whole NSGA-II of a round in one compiled kernel
+(``oak.policies.hybrid_kernel``; numba is imported only then) with the same operators, draws and duplicate
+elimination as "numpy" (``oak.policies.nsga.nsga2`` with ``eliminate_duplicates=True``), hence the same
+result: ≈ 0.5–1 ms per ``decide`` on the medium / congestion rounds instead of ≈ 5–40 ms (first call:
+compilation, ≈ 20 s once, then ≈ 0.5 s per process from numba's on-disk cache). "pymoo" is the reference.
 """
 
 from __future__ import annotations
@@ -26,7 +32,18 @@ from typing import Any
 import numpy as np
 
 from oak.model.snapshot import Allocation, BoolArray, FloatArray, IntArray, RoundSnapshot
-from oak.policies.nsga import GeneticOperators, GeneticState, check_ga_params, job_order, nsga2, policy_rng
+from oak.policies.nsga import (
+    CROSSOVER_PROB,
+    MATING_TRIES,
+    GeneticOperators,
+    GeneticState,
+    NsgaResult,
+    _hash_weights,
+    check_ga_params,
+    job_order,
+    nsga2,
+    policy_rng,
+)
 from oak.scoring import UtilityParams, utility_matrix, utility_params
 
 STATE_KIND = "hybrid-oak-config"
@@ -64,28 +81,37 @@ class HybridProblem:
         capacity = np.asarray(snap.capacity, dtype=np.int64)
         u = np.where(valid, np.asarray(utility, dtype=np.float64), 0.0)
         value = np.concatenate([u, np.full((j, 1), float(mu_na))], axis=1)
-        # best_fit[i, t, f]: scan configurations by (GPUs, U) ascending; the last one that fits wins.
+        rows = np.arange(j)[:, None]
+        gpus_2d, ctype_2d = np.repeat(gpus[None, :], j, axis=0), np.repeat(ctype[None, :], j, axis=0)
+        # scan order of each job's configurations: (GPUs, U, index) ascending; rank = position in it
+        scan = np.lexsort((u, gpus_2d), axis=-1)
+        rank = np.empty_like(scan)
+        rank[rows, scan] = np.arange(c)[None, :]
+        # best_fit[i, t, f]: the last valid configuration of type t with at most f GPUs in scan order
         n_types = len(capacity)
-        best_fit = np.full((j, n_types, int(capacity.max(initial=0)) + 1), -1, dtype=np.int64)
-        free = np.arange(best_fit.shape[2])
-        for i in range(j):
-            for cfg in np.lexsort((u[i], gpus)):
-                if valid[i, cfg]:
-                    best_fit[i, ctype[cfg], free >= gpus[cfg]] = cfg
+        width = int(capacity.max(initial=0)) + 1
+        top = np.full((j, n_types, width), -1, dtype=np.int64)
+        ji, ci = np.nonzero(valid & (gpus < width)[None, :])
+        np.maximum.at(top, (ji, ctype[ci], gpus[ci]), rank[ji, ci])
+        top = np.maximum.accumulate(top, axis=2)
+        best_fit = np.where(top >= 0, scan[rows[:, :, None], np.maximum(top, 0)], -1).astype(np.int64)
+        # options: each job's valid configurations (ascending) then −1, padded with −1
+        ji, ci = np.nonzero(valid)
         options = np.full((j, c + 1), -1, dtype=np.int64)
-        n_options = np.zeros(j, dtype=np.int64)
-        # up / down: the next valid configuration of the same type with more / fewer GPUs (column C: x = −1).
+        options[ji, (np.cumsum(valid, axis=1) - 1)[ji, ci]] = ci
+        n_options = valid.sum(axis=1).astype(np.int64) + 1
+        # up / down: the next valid configuration of the same type in scan order (the largest: itself) /
+        # the previous one (the smallest: −1); invalid configurations and column C (x = −1): −1
+        seq = np.lexsort((u, gpus_2d, ctype_2d, ~valid), axis=-1)
+        sv, st = valid[rows, seq], ctype[seq]
+        link = sv[:, :-1] & sv[:, 1:] & (st[:, :-1] == st[:, 1:])
+        up_s, down_s = seq.copy(), np.full_like(seq, -1)
+        up_s[:, :-1] = np.where(link, seq[:, 1:], seq[:, :-1])
+        down_s[:, 1:] = np.where(link, seq[:, :-1], -1)
         up = np.full((j, c + 1), -1, dtype=np.int64)
         down = np.full((j, c + 1), -1, dtype=np.int64)
-        for i in range(j):
-            ok = np.flatnonzero(valid[i])
-            options[i, : len(ok)] = ok
-            n_options[i] = len(ok) + 1
-            for t in range(n_types):
-                same = ok[ctype[ok] == t]
-                same = same[np.lexsort((u[i, same], gpus[same]))]
-                up[i, same] = np.append(same[1:], same[-1:])
-                down[i, same] = np.append([-1], same[:-1])
+        up[rows, seq] = np.where(sv, up_s, -1)
+        down[rows, seq] = np.where(sv, down_s, -1)
         return cls(
             order=job_order(snap),
             valid=valid,
@@ -169,14 +195,15 @@ class HybridProblem:
 class HybridOakPolicy:
     """OAK's composite utility optimised by NSGA-II (population 20 × 20 generations by default).
 
-    ``engine``: "numpy" (default) or "pymoo" (see ``oak.policies.nsga``).
+    ``engine``: "numba" (default: one compiled kernel, same result as "numpy"; module doc), "numpy" or
+    "pymoo" (see ``oak.policies.nsga``).
     """
 
     params: UtilityParams = UtilityParams()
     population: int = 20
     generations: int = 20
     seed: int = 0
-    engine: str = "numpy"
+    engine: str = "numba"
     name: str = "hybrid-oak"
 
     def __post_init__(self) -> None:
@@ -189,7 +216,7 @@ class HybridOakPolicy:
         population: int = 20,
         generations: int = 20,
         seed: int = 0,
-        engine: str = "numpy",
+        engine: str = "numba",
         **utility_kwargs: Any,
     ) -> HybridOakPolicy:
         """Like ``OakPolicy.with_params``: utility keywords p, alpha, k_max, mu_na, age_key, restart_factor."""
@@ -227,15 +254,18 @@ class HybridOakPolicy:
         rng = policy_rng(self.seed, snap)
         prob = self.problem(snap)
         init = self.initial_population(snap, prob, rng)
-        res = nsga2(
-            init,
-            prob.operators(),
-            population=self.population,
-            generations=self.generations,
-            rng=rng,
-            engine=self.engine,
-            eliminate_duplicates=True,
-        )
+        if self.engine == "numba":
+            res = solve_numba(prob, init, self.population, self.generations, rng)
+        else:
+            res = nsga2(
+                init,
+                prob.operators(),
+                population=self.population,
+                generations=self.generations,
+                rng=rng,
+                engine=self.engine,
+                eliminate_duplicates=True,
+            )
         final = res.population.copy()
         final.setflags(write=False)
         return Allocation(
@@ -245,3 +275,55 @@ class HybridOakPolicy:
             info={"solve_ms": (time.perf_counter() - start) * 1e3, "evaluations": float(res.evaluations)},
             state=GeneticState(kind=STATE_KIND, job_names=tuple(snap.job_names), population=final),
         )
+
+
+def solve_numba(
+    prob: HybridProblem, initial: IntArray, population: int, generations: int, rng: np.random.Generator
+) -> NsgaResult:
+    """``nsga2(initial, prob.operators(), ..., eliminate_duplicates=True)`` run by the numba kernel."""
+    from oak.policies.hybrid_kernel import hybrid_nsga2
+
+    initial = np.asarray(initial, dtype=np.int64)
+    if len(initial) != population:
+        raise ValueError(f"initial population has {len(initial)} individuals; expected {population}")
+    x, f, evaluations = hybrid_nsga2(
+        *kernel_arrays(prob, initial),
+        np.array(_hash_weights(prob.num_jobs)),
+        population,
+        generations,
+        MATING_TRIES,
+        CROSSOVER_PROB,
+        P_STEP,
+        rng,
+    )
+    return NsgaResult(population=x, objective=f, evaluations=int(evaluations))
+
+
+#: initial, order, valid, gpus, config_type, capacity, value, best_fit, options, n_options, up, down.
+KernelArrays = tuple[Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any]
+
+
+def kernel_arrays(prob: HybridProblem, initial: IntArray) -> KernelArrays:
+    """initial and the problem's arrays as the kernel takes them: C-contiguous and writable, so that one
+    compiled signature serves all rounds (numba compiles read-only arrays separately)."""
+
+    def arr(a: Any, dtype: Any) -> Any:
+        a = np.asarray(a)
+        ok = a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+        return a if ok else np.array(a, dtype=dtype, order="C")
+
+    i64 = np.int64
+    return (
+        arr(initial, i64),
+        arr(prob.order, i64),
+        arr(prob.valid, np.bool_),
+        arr(prob.gpus, i64),
+        arr(prob.config_type, i64),
+        arr(prob.capacity, i64),
+        arr(prob.value, np.float64),
+        arr(prob.best_fit, i64),
+        arr(prob.options, i64),
+        arr(prob.n_options, i64),
+        arr(prob.up, i64),
+        arr(prob.down, i64),
+    )

@@ -419,10 +419,16 @@ def _png(fig: Any) -> bytes:
 
 
 def _plain_log_ticks(ax: Any) -> None:
-    """Log x axis with plain numbers (0.5, 1, 10, …) rather than powers of ten."""
+    """Log x axis with plain numbers (0.5, 1, 10, …) rather than powers of ten; minor ticks labelled only at
+    2 and 5 × 10^k (matplotlib's default labels every minor tick of a short axis, and they overlap)."""
     from matplotlib.ticker import FuncFormatter
 
+    def minor(v: float, _pos: int) -> str:
+        lead = v / 10.0 ** np.floor(np.log10(v)) if v > 0 else 0.0
+        return f"{v:g}" if round(lead) in (2, 5) and abs(lead - round(lead)) < 1e-6 else ""
+
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(minor))
 
 
 def _no_data(ax: Any) -> None:

@@ -29,13 +29,8 @@ import numba  # type: ignore[import-untyped]
 import numpy as np
 
 from oak.model.snapshot import FloatArray, IntArray
-
-MAX_NODES_PER_JOB = 16
-SPEEDUP_FLOOR = 0.001
-P_RESET = 0.1
-P_ZERO_JOB = 0.1
-P_ZERO_ENTRY = 0.1
-CROSSOVER_PROB = 0.9
+from oak.policies.nsga import CROSSOVER_PROB, _hash_weights
+from oak.policies.pollux import MAX_NODES_PER_JOB, P_RESET, P_ZERO_ENTRY, P_ZERO_JOB, SPEEDUP_FLOOR
 
 
 @numba.njit(cache=True, inline="always")  # type: ignore[untyped-decorator]
@@ -385,11 +380,6 @@ def run(
     return x, f, evaluations
 
 
-def hash_weights(n: int) -> Any:
-    """The fixed odd 64-bit weights of the row hash (as ``oak.policies.nsga``)."""
-    return np.random.default_rng(n).integers(1, 2**63, size=n, dtype=np.uint64) | np.uint64(1)
-
-
 def run_round(
     initial: IntArray,
     problem: Any,
@@ -411,7 +401,7 @@ def run_round(
         np.ascontiguousarray(problem.restart_factor, dtype=np.float64),
         float(problem.p),
         int(generations),
-        hash_weights(k),
+        _hash_weights(k),
         rng,
     )
     return x, f, int(evaluations)

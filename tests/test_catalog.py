@@ -288,8 +288,33 @@ def rebuilt() -> tuple[Catalog, float]:
     return cat, time.perf_counter() - t0
 
 
+#: How far above the minimum of the fitting loss a converged fit may stop (absolute; the losses are 0.04-0.8).
+#: L-BFGS-B stops on a small *relative decrease per iteration* (ftol = 1e-13), not at the minimum, so along
+#: the loss's flat (ill-conditioned) directions its stopping point moves with the floating-point summation
+#: order of the BLAS kernel, the CPU's vector width and the thread count. Measured between an Intel (Haswell
+#: kernels) and an AMD machine: loss gaps up to 4e-10. LOSS_SLACK is 25x that, and still far below what a real
+#: change does: refitting without one of a profile's 161-1,021 observations moves the loss by 3e-7 to 2e-3, and
+#: scipy's default stopping rule (ftol 2.2e-9) by up to 2e-8.
+LOSS_SLACK = 1e-8
+
+
+def _log_rms(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((np.log(a) - np.log(b)) ** 2)))
+
+
 @needs_profiles
 def test_rebuild_reproduces_packaged_catalog(catalog: Catalog, rebuilt: tuple[Catalog, float]) -> None:
+    """The rebuilt catalog is the packaged one, compared through what its models predict.
+
+    Parameters are not compared: along flat directions of the loss they are not determined by the data, and
+    differ between machines by up to 1e-5 relative while the predictions agree. The tolerance on predictions
+    follows from the fit's conditioning: for an RMSE term with error e, moving the predictions by d (RMS, in
+    log) from the optimum raises the term by d^2 / (2e) to second order (the first-order term vanishes at the
+    optimum). Two fits that each stop within LOSS_SLACK of the minimum therefore predict within
+    2 sqrt(2 e LOSS_SLACK) of each other, e.g. 1.5e-4 for e = 0.3 — the bound the test asserts per term
+    (measured between two machines: at most 1/60 of it). Both losses are evaluated here, by the same code on
+    the same kernels, so their difference measures the parameters, not the evaluation.
+    """
     new, seconds = rebuilt
     assert seconds < 60.0
     assert new.provenance["inputs_sha256"] == catalog.provenance["inputs_sha256"]
@@ -304,14 +329,22 @@ def test_rebuild_reproduces_packaged_catalog(catalog: Catalog, rebuilt: tuple[Ca
         assert set(app.gpus) == set(old.gpus)
         for t, g in app.gpus.items():
             o = old.gpus[t]
-            assert (g.b_min, g.b_max, g.n_observations) == (o.b_min, o.b_max, o.n_observations)
-            if not np.allclose(g.params.as_array(), o.params.as_array(), rtol=1e-6, atol=0.0):
-                # ill-conditioned parameters: the predicted step times must still agree
-                obs = read_observations(*profile_files(PROFILES / name, t))
-                for a, b in zip(predict_times(g.params, obs), predict_times(o.params, obs), strict=True):
-                    np.testing.assert_allclose(a, b, rtol=1e-6)
-    if new.provenance["fitter"] == catalog.provenance["fitter"]:  # same numpy/scipy: byte-identical
-        assert new.to_json() == catalog.to_json()
+            where = f"{name}/{t}"
+            assert (g.b_min, g.b_max, g.n_observations) == (o.b_min, o.b_max, o.n_observations), where
+            obs = read_observations(*profile_files(PROFILES / name, t))
+            loss_new = loss_and_grad(g.params.as_array(), obs)[0]
+            loss_old = loss_and_grad(o.params.as_array(), obs)[0]
+            assert abs(loss_new - loss_old) <= LOSS_SLACK, (where, loss_new, loss_old)
+            tc_new, ts_new = predict_times(g.params, obs)
+            tc_old, ts_old = predict_times(o.params, obs)
+            for label, pred_new, pred_old, measured in (
+                ("accumulation step", tc_new, tc_old, obs.acc_time),
+                ("synchronising step", ts_new, ts_old, obs.step_time),
+            ):
+                err = _log_rms(pred_old, measured)
+                bound = 2.0 * np.sqrt(2.0 * err * LOSS_SLACK)
+                assert _log_rms(pred_new, pred_old) <= bound, (where, label, _log_rms(pred_new, pred_old), bound)
+            assert 1.0 <= g.params.gamma <= 10.0
 
 
 @needs_profiles

@@ -28,7 +28,7 @@ SOURCE = "fuzz/jobs.yaml"
 KNOWN_APPS = ("cifar10", "bert")
 FIELDS = (
     "name", "model", "target_steps", "min_gpus", "max_gpus", "submit_s", "batch_size", "ckpt_every",
-    "restart_penalty_s", "application", "width_mult", "data",
+    "restart_penalty_s", "application", "width_mult", "data", "min_step_s",
 )  # fmt: skip
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -49,8 +49,9 @@ def parse_or_oak_error(text: str) -> JobsFile | None:
         for v in (j.target_steps, j.min_gpus, j.max_gpus, j.batch_size, j.ckpt_every):
             assert type(v) is int and 1 <= v <= 2**53
         assert j.min_gpus <= j.max_gpus <= j.batch_size
-        for f in (j.submit_s, j.restart_penalty_s, j.width_mult):
+        for f in (j.submit_s, j.restart_penalty_s, j.width_mult, j.min_step_s):
             assert type(f) is float and math.isfinite(f) and f >= 0
+        assert j.submit_s <= 1e9 and j.restart_penalty_s <= 1e6 and j.min_step_s <= 60
         assert j.width_mult > 0 and (j.data is None or isinstance(j.data, str))
     assert list(jobs.jobs) == sorted(jobs.jobs, key=lambda j: (j.submit_s, j.name))
     return jobs
@@ -88,6 +89,10 @@ SCALARS = st.one_of(
     st.booleans(),
     st.integers(-(2**70), 2**70),
     st.sampled_from([0, 1, -1, 2**53, 2**53 + 1, 2**63, 10**400, -(10**300)]),
+    # finite extremes: the largest double, the documented maxima and just past them, the smallest normal and
+    # subnormal doubles
+    st.sampled_from([1e308, 1.7976931348623157e308, -1e308, 1e9, 1e9 + 1, 1e6, 1e6 + 1, 60.0, 60.5]),
+    st.sampled_from([2.2250738585072014e-308, 5e-324, -5e-324, 1e-300]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=12),
     st.sampled_from(["tiny", "resnet18", "cifar10", "bert", "imagenet", "a", "a\n", "../x", "[/]", "", "1.5"]),
@@ -112,10 +117,11 @@ GOOD_VALUES: dict[str, Any] = {
     "target_steps": st.integers(1, 10**6),
     "min_gpus": st.integers(1, 2),
     "max_gpus": st.integers(2, 4),
-    "submit_s": st.one_of(st.integers(0, 10**6), st.floats(0, 1e6)),
+    "submit_s": st.one_of(st.integers(0, 10**6), st.floats(0, 1e6), st.sampled_from([1e308, 1e9, 5e-324])),
     "batch_size": st.integers(4, 512),
     "ckpt_every": st.integers(1, 100),
-    "restart_penalty_s": st.floats(0, 1e4),
+    "restart_penalty_s": st.one_of(st.floats(0, 1e4), st.sampled_from([1e6, 1e6 + 1, 1e308, 5e-324])),
+    "min_step_s": st.one_of(st.floats(0, 0.1), st.sampled_from([60.0, 61.0, 5e-324])),
     "application": st.sampled_from(KNOWN_APPS),
     "width_mult": st.floats(0.1, 4.0),
     "data": st.text(max_size=10),

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -44,18 +45,36 @@ def _check_done(run_dir: Path, targets: dict[str, int]) -> None:
         assert _steps_in_loss(job_dir) == set(range(1, target + 1))
 
 
+#: A failure seed whose stream (the simulator's, keyed by job name) fires for job "a" in each of the first eight
+#: 3-s rounds (u < 0.5 for k = 0..7, checked below). With every step padded to 20 ms, job "a" needs at least
+#: 4.8 s of training, longer than a round, so on any CPU it is killed in the first round after its launch (at
+#: the latest at 12 s, when its age key admits it): the failure count does not depend on how fast the machine
+#: trains. Without the padding a fast CPU finished both jobs between the stream's failure times.
+STORMY_SEED = 259
+STORMY_ROUND_S = 3.0
+
+
 def test_jobs_complete_under_failures_and_counters_grow(tmp_path: Path) -> None:
-    jobs = parse_jobs(TWO_JOBS, "two.yaml")
+    from oak.sim import rng
+
+    key = np.array([rng.job_key("a")], dtype=np.uint64)
+    assert all(rng.uniforms(STORMY_SEED, rng.STREAM_FAILURE, key, k)[0] < 0.5 for k in range(8))
+    jobs = parse_jobs(
+        TWO_JOBS.replace("restart_penalty_s: 10}", "restart_penalty_s: 10, min_step_s: 0.02}"), "two.yaml"
+    )
+    assert all(j.min_step_s == 0.02 for j in jobs.jobs)
     runs = {}
     for lam in (0.0, 0.5):
-        opts = RuntimeOptions(devices=2, failure_rate=lam, round_s=3.0, seed=3, tick_s=0.1, time_limit_s=400)
+        opts = RuntimeOptions(
+            devices=2, failure_rate=lam, round_s=STORMY_ROUND_S, seed=STORMY_SEED, tick_s=0.1, time_limit_s=400
+        )
         sched = RuntimeScheduler(jobs, make_policy("oak"), tmp_path / f"l{lam}", opts)
         runs[lam] = sched.run()
         _check_done(tmp_path / f"l{lam}", {"a": 240, "b": 200})
     calm, stormy = runs[0.0], runs[0.5]
     assert all(j.jct_s is not None for j in calm.jobs + stormy.jobs)
     assert sum(j.failures for j in calm.jobs) == 0
-    assert sum(j.failures for j in stormy.jobs) >= 1
+    assert next(j for j in stormy.jobs if j.name == "a").failures >= 1
     # measured restore/checkpoint time grows with the injected failures
     assert sum(j.t_ckpt_s for j in stormy.jobs) > sum(j.t_ckpt_s for j in calm.jobs)
     assert sum(j.restarts for j in stormy.jobs) > sum(j.restarts for j in calm.jobs)
@@ -142,6 +161,8 @@ def test_scheduler_sigkill_resumes_every_job(tmp_path: Path) -> None:
         ("jobs:\n  - {name: a, model: tiny, target_steps: 5, colour: red}\n", "unknown field"),
         ("jobs:\n  - {name: ../x, model: tiny, target_steps: 5}\n", "jobs[0].name='../x'"),
         ("jobs: [\n", "not valid YAML"),
+        ("jobs:\n  - {name: a, model: tiny, target_steps: 5, min_step_s: -0.5}\n", "jobs[0].min_step_s=-0.5"),
+        ("jobs:\n  - {name: a, model: tiny, target_steps: 5, min_step_s: 61}\n", "expected at most 60"),
     ],
 )
 def test_jobs_file_errors_name_line_and_field(text: str, expected: str) -> None:

@@ -60,6 +60,7 @@ def worker_spec(job: RuntimeJob, seed: int) -> WorkerSpec:
         seed=seed,
         width_mult=job.width_mult,
         data=job.data,
+        min_step_s=job.min_step_s,
     )
 
 

@@ -15,6 +15,7 @@ Layout::
         application: cifar10     # optional: catalog application whose goodput model scores this job
         width_mult: 1.0          # optional: channel multiplier of resnet18 (CPU runs shrink it)
         data: /path/to/cifar     # optional: real CIFAR-10 batches instead of synthetic data
+        min_step_s: 0            # optional: pad every step to at least this long (emulates a slower model)
     defaults: {ckpt_every: 50}   # optional: values every job inherits unless it sets its own
 
 Every error names the file, the line and the field, the value and what was expected
@@ -32,11 +33,14 @@ from typing import Any
 import yaml
 
 from oak.errors import OakInputError
+from oak.workloads.loader import MAX_PENALTY_S, MAX_TIME_S
 
 MODELS = ("tiny", "resnet18")
 #: Catalog application that scores each packaged model when the job does not name one.
 DEFAULT_APPLICATION = {"tiny": "cifar10", "resnet18": "cifar10"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Longest step padding a job may ask for (s).
+MAX_MIN_STEP_S = 60.0
 #: Largest integer field value: exact as a float and within int64.
 _MAX_INT = 2**53
 _FIELDS = (
@@ -52,6 +56,7 @@ _FIELDS = (
     "application",
     "width_mult",
     "data",
+    "min_step_s",
 )
 
 
@@ -71,6 +76,7 @@ class RuntimeJob:
     application: str
     width_mult: float = 1.0
     data: str | None = None
+    min_step_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -190,7 +196,9 @@ def _job(
             raise OakInputError(f"{where(field)}={_show(v)}: expected an integer <= {_MAX_INT} (2^53)")
         return int(v)
 
-    def number(field: str, minimum: float, default: Any = ..., strict: bool = False) -> float:
+    def number(
+        field: str, minimum: float, default: Any = ..., strict: bool = False, maximum: float = math.inf
+    ) -> float:
         v = get(field, default)
         try:
             f = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
@@ -199,6 +207,8 @@ def _job(
         if not math.isfinite(f) or (f <= minimum if strict else f < minimum):
             rel = ">" if strict else ">="
             raise OakInputError(f"{where(field)}={_show(v)}: expected a finite number {rel} {minimum:g}")
+        if f > maximum:
+            raise OakInputError(f"{where(field)}={_show(v)}: expected at most {maximum:g}")
         return f
 
     name = get("name")
@@ -215,14 +225,14 @@ def _job(
     hi = integer("max_gpus", 1, lo)
     if hi < lo:
         raise OakInputError(f"{where('max_gpus')}={hi}: expected >= min_gpus ({lo})")
-    submit = number("submit_s", 0.0, 0.0)
+    submit = number("submit_s", 0.0, 0.0, maximum=MAX_TIME_S)
     batch = integer("batch_size", 1, 128)
     if batch < hi:
         raise OakInputError(
             f"{where('batch_size')}={batch}: expected >= max_gpus ({hi}) so that every device gets a sample"
         )
     ckpt = integer("ckpt_every", 1, 50)
-    penalty = number("restart_penalty_s", 0.0, 30.0)
+    penalty = number("restart_penalty_s", 0.0, 30.0, maximum=MAX_PENALTY_S)
     app = get("application", DEFAULT_APPLICATION[model])
     if not isinstance(app, str) or (known_apps is not None and app not in known_apps):
         expected = ", ".join(known_apps) if known_apps is not None else "a catalog application name"
@@ -231,6 +241,7 @@ def _job(
     data = get("data", None)
     if data is not None and not isinstance(data, str):
         raise OakInputError(f"{where('data')}={_show(data)}: expected a directory path")
+    min_step = number("min_step_s", 0.0, 0.0, maximum=MAX_MIN_STEP_S)
     return RuntimeJob(
         name=name,
         model=model,
@@ -244,4 +255,5 @@ def _job(
         application=app,
         width_mult=width,
         data=data,
+        min_step_s=min_step,
     )

@@ -42,6 +42,7 @@ class WorkerSpec:
     seed: int = 0
     width_mult: float = 1.0
     data: str | Path | None = None
+    min_step_s: float = 0.0
     extra_args: tuple[str, ...] = ()
 
     def argv(self) -> list[str]:
@@ -61,6 +62,8 @@ class WorkerSpec:
         ]
         if self.data is not None:
             args += ["--data", str(self.data)]
+        if self.min_step_s > 0:
+            args += ["--min-step-s", repr(float(self.min_step_s))]
         return args + list(self.extra_args)
 
 

@@ -106,6 +106,7 @@ class WorkerConfig:
     keep: int = checkpoint.DEFAULT_KEEP
     status_interval_s: float = 0.2
     pg_timeout_s: float = 120.0
+    min_step_s: float = 0.0
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -132,6 +133,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", type=int, default=checkpoint.DEFAULT_KEEP, help="checkpoints kept")
     p.add_argument("--status-interval", type=float, default=0.2, help="seconds between status.json rewrites")
     p.add_argument("--pg-timeout", type=float, default=120.0, help="torch.distributed timeout in seconds")
+    p.add_argument(
+        "--min-step-s",
+        type=float,
+        default=0.0,
+        help="pad every optimiser step to at least this many seconds (emulates a slower model; default 0)",
+    )
     return p
 
 
@@ -158,6 +165,9 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     need(a.threads is None or a.threads >= 1, f"--threads must be >= 1, got {a.threads}")
     need(a.status_interval >= 0, f"--status-interval must be >= 0, got {a.status_interval}")
     need(a.pg_timeout > 0, f"--pg-timeout must be > 0, got {a.pg_timeout}")
+    need(
+        math.isfinite(a.min_step_s) and 0 <= a.min_step_s <= 60, f"--min-step-s must be in [0, 60], got {a.min_step_s}"
+    )
     cpus = None
     if a.cpus:
         try:
@@ -187,6 +197,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
         keep=a.keep,
         status_interval_s=a.status_interval,
         pg_timeout_s=a.pg_timeout,
+        min_step_s=a.min_step_s,
     )
 
 
@@ -564,6 +575,7 @@ class _Run:
         applies the gradient of the mean loss over the global batch — exact also for unequal shards.
         """
         cfg = self.cfg
+        started = time.monotonic()
         off, size = shard(cfg.batch_size, cfg.world_size, cfg.rank)
         x, y = self.dataset.batch(stream.indices(self.samples_seen + off, size))
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
@@ -592,6 +604,10 @@ class _Run:
         self.samples_seen += cfg.batch_size
         self.window_samples += cfg.batch_size
         self.loss = loss_total / cfg.batch_size
+        if cfg.min_step_s > 0:  # pad the step (--min-step-s); a stop signal cuts the padding short
+            deadline = started + cfg.min_step_s
+            while not stop.requested and (left := deadline - time.monotonic()) > 0:
+                time.sleep(min(left, 0.05))
         return stopping
 
 

@@ -184,8 +184,12 @@ def test_never_above_and_mostly_at_the_milp_optimum() -> None:
         assert alloc.objective <= opt + 1e-9 * max(1.0, abs(opt))
         hits += abs(alloc.objective - opt) <= 1e-9 * max(1.0, abs(opt))
         n += 1
-    # measured on 200 + 200 instances of each kind: 98 % (homogeneous), 76 % (two GPU types)
-    assert hits / n >= 0.8, f"{hits}/{n} at the optimum"
+    # Measured on 200 + 200 instances of each kind: 98 % (homogeneous), 76 % (two GPU types), so ~87 % here,
+    # σ ≈ 2.1 hits of 40 (binomial). Which instances a random search solves moves with any change of its path
+    # (a tie broken differently by another libm or SIMD width, another GA seed: 31-35 of these 40 for seeds 0-9),
+    # so the bound sits ~3σ below the mean: 28 of 40. The hard guarantee is the assertion above (never better
+    # than the optimum, always feasible).
+    assert hits / n >= 0.7, f"{hits}/{n} at the optimum"
 
 
 def test_finds_the_optimum_of_a_real_round() -> None:

@@ -1,5 +1,10 @@
 """Hybrid OAK's numba engine (oak.policies.hybrid_kernel): determinism, the same operators and results as
-the numpy engine, feasibility, quality against the MILP; and HybridProblem's tables against a loop."""
+the numpy engine, feasibility, quality against the MILP; and HybridProblem's tables against a loop.
+
+The engines are compared bit for bit. That holds on any CPU because both do only table lookups, comparisons and
+sums in NumPy's pairwise order on the same utility table (numba without fastmath fuses no multiply-adds), and
+draw the same random doubles; it ties the test to NumPy's summation algorithm, a version, not a CPU, property.
+"""
 
 from __future__ import annotations
 

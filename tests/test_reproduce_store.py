@@ -51,6 +51,9 @@ def test_resume_skips_stored_runs(tmp_path: Path) -> None:
 
 
 def test_local_pool_matches_serial(tmp_path: Path) -> None:
+    """Exact equality across processes is sound: the simulator's floating point is NumPy element-wise work and
+    sums (the same kernels in every process of one machine) and BLAS products of length <= 4 (too short to be
+    split over threads); no result depends on the thread count."""
     a, b = ResultsStore(tmp_path / "a"), ResultsStore(tmp_path / "b")
     execute(SPECS, a, workers=1)
     execute(SPECS, b, workers=2)

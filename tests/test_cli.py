@@ -52,6 +52,26 @@ def test_simulate_prints_table_and_json(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["runs"][0]["policy"] == "sia"
 
 
+def test_run_writes_the_json_shape_of_simulate(tmp_path: Path) -> None:
+    """``oak run --json`` and ``oak simulate --json`` write the same document: {"runs": [run, ...]}."""
+    pytest.importorskip("torch")
+    jobs = tmp_path / "one.yaml"
+    jobs.write_text(
+        "jobs:\n  - {name: solo, model: tiny, target_steps: 20, max_gpus: 1, batch_size: 8, ckpt_every: 10}\n"
+    )
+    real, sim = tmp_path / "run.json", tmp_path / "sim.json"
+    res = oak("run", str(jobs), "--policy", "sia", "--cpu-slots", "1", "--round-seconds", "1",
+              "--run-dir", str(tmp_path / "run"), "--json", str(real))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert oak("simulate", "--workload", "small", "--policy", "sia", "--json", str(sim)).returncode == 0
+    doc, sim_doc = json.loads(real.read_text()), json.loads(sim.read_text())
+    assert set(doc) == set(sim_doc) == {"runs"}
+    (run,) = doc["runs"]
+    assert set(run) >= RUN_KEYS and set(run) == set(sim_doc["runs"][0])
+    assert run["policy"] == "sia" and [j["name"] for j in run["jobs"]] == ["solo"]
+    assert set(run["jobs"][0]) >= JOB_KEYS and run["jobs"][0]["jct_s"] is not None
+
+
 def test_workloads_list_and_show() -> None:
     res = oak("workloads", "list")
     assert res.returncode == 0 and "ckpt-variance" in res.stdout

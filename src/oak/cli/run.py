@@ -113,7 +113,7 @@ def run_jobs(
     for name, (n, lost) in corrupt.items():
         err_console.print(f"{name}: {n} corrupt checkpoint(s) skipped on resume, {lost} step(s) recomputed")
     if json_path is not None:
-        write_json(json_path, result.to_json())
+        write_json(json_path, {"runs": [result.to_json()]})  # the shape of `oak simulate --json`
         console.print(f"wrote {json_path}")
     if sched.interrupted:
         err_console.print(f"interrupted: jobs stopped after a checkpoint; resume with --run-dir {directory}")

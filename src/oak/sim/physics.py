@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from oak.errors import OakInputError
+from oak.workloads.loader import MAX_PENALTY_S, MAX_TIME_S
 
 RESTORE_COSTS = ("per-app",)
 FAILURE_SCOPES = ("job", "gpu")
@@ -39,16 +40,19 @@ class PhysicsOptions:
     horizon_s: float = 3.0e6
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.round_s) and self.round_s > 0):
-            raise OakInputError(f"physics round_s={self.round_s!r}: expected a positive number of seconds")
+        if not (math.isfinite(self.round_s) and 0 < self.round_s <= MAX_TIME_S):
+            raise OakInputError(
+                f"physics round_s={self.round_s!r}: expected a positive number of seconds <= {MAX_TIME_S:g}"
+            )
         if self.restore_cost not in RESTORE_COSTS:
             try:
                 value = float(self.restore_cost)
             except ValueError:
                 value = -1.0
-            if not (math.isfinite(value) and value >= 0):
+            if not (math.isfinite(value) and 0 <= value <= MAX_PENALTY_S):
                 raise OakInputError(
-                    f"physics restore_cost={self.restore_cost!r}: expected 'per-app' or a number of seconds >= 0"
+                    f"physics restore_cost={self.restore_cost!r}: expected 'per-app' or a number of seconds in "
+                    f"[0, {MAX_PENALTY_S:g}]"
                 )
         for name, allowed in (
             ("failure_scope", FAILURE_SCOPES),
@@ -59,10 +63,12 @@ class PhysicsOptions:
                 raise OakInputError(f"physics {name}={getattr(self, name)!r}: expected one of {allowed}")
         for name in ("checkpoint_interval_s", "horizon_s"):
             v = getattr(self, name)
-            if not (math.isfinite(v) and v > 0):
-                raise OakInputError(f"physics {name}={v!r}: expected a positive number of seconds")
-        if not (math.isfinite(self.arrival_jitter_s) and self.arrival_jitter_s >= 0):
-            raise OakInputError(f"physics arrival_jitter_s={self.arrival_jitter_s!r}: expected a number >= 0")
+            if not (math.isfinite(v) and 0 < v <= MAX_TIME_S):
+                raise OakInputError(f"physics {name}={v!r}: expected a positive number of seconds <= {MAX_TIME_S:g}")
+        if not (math.isfinite(self.arrival_jitter_s) and 0 <= self.arrival_jitter_s <= MAX_TIME_S):
+            raise OakInputError(
+                f"physics arrival_jitter_s={self.arrival_jitter_s!r}: expected a number of seconds in [0, {MAX_TIME_S:g}]"
+            )
 
     def restore_delay_s(self, restart_penalty_s: float) -> float:
         """Seconds a (re)start or failure costs a job whose P_restart is ``restart_penalty_s``."""

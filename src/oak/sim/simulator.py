@@ -145,6 +145,13 @@ class Simulator:
         self.n = len(jobs)
         if self.n == 0:
             raise OakInputError(f"workload {workload.name!r}: no jobs")
+        late = [j for j in jobs if j.submit_time_s >= self.physics.horizon_s]
+        if late:
+            raise OakInputError(
+                f"workload {workload.name!r}, job {late[0].name!r}: submitted at {late[0].submit_time_s:g} s, not "
+                f"before the horizon of {self.physics.horizon_s:g} s (--horizon); "
+                f"{len(late)} job(s) would never arrive"
+            )
         self.apps = [self.catalog.app(j.application) for j in jobs]
         self.tables = JobTables(self.table, self.apps)
         self.names = np.array([j.name for j in jobs], dtype=object)

@@ -105,25 +105,34 @@ def read_workload_csv(text: str, source: str, name: str, known_apps: Collection[
     return Workload(name=name, jobs=tuple(jobs), description=description, source=source)
 
 
-def _float(row: dict[str, str], key: str, where: str, minimum: float = 0.0) -> float:
+#: Documented ranges of the numeric workload fields (docs/workloads.md, README "Input formats"). Times beyond
+#: MAX_TIME_S (~31.7 years) are no schedule (the simulator's horizon is 3e6 s) and, near the float range, overflow
+#: the event arithmetic; GPU counts and batch sizes are bounded so that their products stay exact in int64.
+MAX_TIME_S = 1e9
+MAX_PENALTY_S = 1e6
+MAX_GPUS = 1_048_576
+MAX_BATCH = 16_777_216
+
+
+def _float(row: dict[str, str], key: str, where: str, minimum: float = 0.0, maximum: float = MAX_TIME_S) -> float:
     raw = row[key]
     try:
         v = float(raw)
     except ValueError:
         raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected a number") from None
-    if not math.isfinite(v) or v < minimum:
-        raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected a finite number >= {minimum:g}")
+    if not math.isfinite(v) or not minimum <= v <= maximum:
+        raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected a number in [{minimum:g}, {maximum:g}]")
     return v
 
 
-def _int(row: dict[str, str], key: str, where: str, minimum: int = 1) -> int:
+def _int(row: dict[str, str], key: str, where: str, minimum: int = 1, maximum: int = MAX_GPUS) -> int:
     raw = row[key]
     try:
         v = int(raw)
     except ValueError:
         raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected an integer") from None
-    if v < minimum:
-        raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected an integer >= {minimum}")
+    if not minimum <= v <= maximum:
+        raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected an integer in [{minimum}, {maximum:,}]")
     return v
 
 
@@ -141,8 +150,8 @@ def _oak_row(row: dict[str, str], where: str) -> JobSpec:
     hi = _int(row, "max_gpus", where)
     if hi < lo:
         raise OakInputError(f"{where}: field 'max_gpus' = {hi} is below min_gpus = {lo}")
-    penalty = _float(row, "restart_penalty_s", where) if row.get("restart_penalty_s") else None
-    batch = _int(row, "batch_size", where) if row.get("batch_size") else None
+    penalty = _float(row, "restart_penalty_s", where, maximum=MAX_PENALTY_S) if row.get("restart_penalty_s") else None
+    batch = _int(row, "batch_size", where, maximum=MAX_BATCH) if row.get("batch_size") else None
     gpus = _int(row, "gpus", where) if row.get("gpus") else None
     if gpus is not None and not lo <= gpus <= hi:
         raise OakInputError(f"{where}: field 'gpus' = {gpus} is outside [min_gpus, max_gpus] = [{lo}, {hi}]")
@@ -152,5 +161,5 @@ def _oak_row(row: dict[str, str], where: str) -> JobSpec:
 def _sia_row(row: dict[str, str], where: str) -> JobSpec:
     name = _name(row, where)
     replicas = _int(row, "num_replicas", where)
-    batch = _int(row, "batch_size", where)
+    batch = _int(row, "batch_size", where, maximum=MAX_BATCH)
     return JobSpec(name, row["application"], _float(row, "time", where), 1, replicas, None, batch, replicas)

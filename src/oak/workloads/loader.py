@@ -121,7 +121,9 @@ def _float(row: dict[str, str], key: str, where: str, minimum: float = 0.0, maxi
     except ValueError:
         raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected a number") from None
     if not math.isfinite(v) or not minimum <= v <= maximum:
-        raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected a number in [{minimum:g}, {maximum:g}]")
+        raise OakInputError(
+            f"{where}: field {key!r} = {raw!r}; expected a finite number >= {minimum:g} and <= {maximum:g}"
+        )
     return v
 
 
@@ -132,7 +134,7 @@ def _int(row: dict[str, str], key: str, where: str, minimum: int = 1, maximum: i
     except ValueError:
         raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected an integer") from None
     if not minimum <= v <= maximum:
-        raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected an integer in [{minimum}, {maximum:,}]")
+        raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected an integer >= {minimum} and <= {maximum:,}")
     return v
 
 

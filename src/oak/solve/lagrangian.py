@@ -362,7 +362,8 @@ def lp_polish(
             over = np.isin(opt_type[np.minimum(fixed_opt, n_opt - 1)], np.flatnonzero(rest < 0)) & ~in_core
             over &= fixed_opt < n_opt
             cand = np.flatnonzero(over)
-            in_core[cand[np.argsort(gap[cand])[: max(core_jobs, len(cand) // 2)]]] = True
+            # stable: which of equally close jobs are freed must not depend on the CPU's SIMD sort
+            in_core[cand[np.argsort(gap[cand], kind="stable")[: max(core_jobs, len(cand) // 2)]]] = True
             continue
         core = np.flatnonzero(in_core)
         n_core = len(core)
@@ -398,7 +399,8 @@ def lp_polish(
         if len(violated) == 0:
             break
         if len(violated) > core_jobs:  # the most violated first, to keep the LP small
-            violated = violated[np.argpartition(-excess[violated], core_jobs - 1)[:core_jobs]]
+            # a stable sort, not argpartition: ties go to the lower job index on every CPU
+            violated = violated[np.argsort(-excess[violated], kind="stable")[:core_jobs]]
         in_core[violated] = True
     else:
         return None

@@ -84,7 +84,8 @@ def test_workloads_list_and_show() -> None:
     [
         (("simulate", "--policy", "nope"), "policy 'nope' is unknown"),
         (("simulate", "--p", "-0.5"), "p=-0.5"),
-        (("simulate", "--k-max", "0.5"), "k_max"),
+        (("simulate", "--policy", "oak-paper", "--k-max", "0.5"), "k_max"),
+        (("simulate", "--k-max", "0.5"), "--k-max applies only to the policies oak-paper"),
         (("simulate", "--failure-rate", "1.5"), "--failure-rate 1.5"),
         (("simulate", "--workload", "/no/such.csv"), "no such file"),
         (("simulate", "--restore-cost", "soon"), "restore_cost"),

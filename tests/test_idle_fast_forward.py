@@ -122,5 +122,7 @@ def test_reads_clock_declarations() -> None:
     assert not reads_clock(make_policy("goodput"))
     assert not reads_clock(make_policy("oak-no-age", restart_factor="off"))
     assert reads_clock(make_policy("oak-no-age", restart_factor="aggregate"))  # reads age_s
-    for name in ("oak", "oak-no-restart", "oak-aggregate", "sia", "pollux", "hybrid-oak", "gavel", "drf"):
+    for name in ("oak-paper", "oak-no-restart", "oak-aggregate", "sia", "pollux", "hybrid-oak", "gavel", "drf"):
         assert reads_clock(make_policy(name, seed=0)), name
+    assert not reads_clock(make_policy("oak"))  # the product without its (optional) age key
+    assert reads_clock(make_policy("oak", age_key=True))

@@ -42,7 +42,7 @@ POLICY_OVERRIDES: dict[str, dict[str, Any]] = {
     "hybrid-oak": {"population": 8, "generations": 4},
 }
 #: Policies that solve OAK's per-round MILP exactly (DP on these clusters).
-EXACT_OAK = ("oak", "goodput", "oak-no-age", "oak-no-restart", "oak-aggregate")
+EXACT_OAK = ("oak-paper", "goodput", "oak-no-age", "oak-no-restart", "oak-aggregate")
 POLICIES = {name: make_policy(name, **POLICY_OVERRIDES.get(name, {})) for name in policy_names()}
 
 
@@ -180,6 +180,12 @@ def test_every_policy_returns_a_feasible_allocation(name: str, data: st.DataObje
     snap = data.draw(snapshots(node_goodput=bool(getattr(policy, "needs_node_goodput", False))))
     alloc = policy.decide(snap)
     check_allocation(snap, alloc)
+    if name == "oak":
+        # the product never idles GPUs beside a waiting job that fits them: every valid allocation is worth
+        # U − θ ≥ 1 − θ > 0 (exact optimum; forced restores only keep configurations already held)
+        used = alloc.gpus_per_type(snap)
+        fits = snap.valid & (snap.config_gpus <= (snap.capacity - used)[snap.config_type])[None, :]
+        assert not fits[alloc.config < 0].any(), "a job waits beside idle GPUs it fits"
     if name in EXACT_OAK:
         assert isinstance(policy, OakPolicy)
         # exact optimum ⇒ no idle GPUs beside a waiting job worth more than μ_na there (tolerance: fp sums)
@@ -378,7 +384,7 @@ def test_guard_bound_holds_under_adversarial_failures(
     """The small workload on paper-12 with frequent failures (λ per job per round), restores that may cost far more
     than the job's P_restart, and the since-last-run queue clock (a preempted job's age key starts again at 1)."""
     physics = PhysicsOptions(restore_cost=restore_cost, queue_clock="since-last-run", horizon_s=3e4)
-    policy = make_policy("oak", **overrides)
+    policy = make_policy("oak-paper", **overrides)
     assert isinstance(policy, OakPolicy)
     observer = GuardObserver(policy.params, physics.round_s)
     Simulator(load_workload("small"), physics=physics).run(policy, lam, seed, on_round=observer)

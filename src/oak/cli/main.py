@@ -87,15 +87,18 @@ def _physics(
     )
 
 
-OAK_FAMILY = ("oak", "goodput", "oak-no-age", "oak-no-restart", "oak-aggregate", "hybrid-oak")
+#: Policies with the paper's utility parameters (p, α, K_max, μ_na); the product's ``oak`` takes p only.
+PAPER_FAMILY = ("oak-paper", "goodput", "oak-no-age", "oak-no-restart", "oak-aggregate", "hybrid-oak")
+OAK_FAMILY = ("oak", *PAPER_FAMILY)
 GA_POLICIES = ("pollux", "hybrid-oak")
 
 
 def _policy_params(policies: list[str], solver: str, **given: Any) -> dict[str, tuple[tuple[str, Any], ...]]:
-    """Per policy, the parameters the command line sets for it. OAK's utility parameters (p, alpha, k_max,
-    mu_na) apply to the OAK family, population/generations to the NSGA-II policies; a parameter that applies
+    """Per policy, the parameters the command line sets for it. p applies to the OAK family, alpha, k_max and
+    mu_na to the paper's reading and its ablations, population/generations to the NSGA-II policies; a parameter that applies
     to none of the chosen policies is an error rather than silently ignored."""
-    scope: dict[str, tuple[str, ...]] = {"p": OAK_FAMILY, "alpha": OAK_FAMILY, "k_max": OAK_FAMILY, "mu_na": OAK_FAMILY}
+    scope: dict[str, tuple[str, ...]] = {"p": OAK_FAMILY, "alpha": PAPER_FAMILY, "k_max": PAPER_FAMILY}
+    scope["mu_na"] = PAPER_FAMILY
     scope.update({"population": GA_POLICIES, "generations": GA_POLICIES})
     out: dict[str, tuple[tuple[str, Any], ...]] = {}
     for key, val in given.items():

@@ -1,4 +1,5 @@
-"""OAK's policy: maximise Σ x·U + μ_na·Σ(1 − Σ_j x) with U = (G·r)^p·K (paper §III-B)."""
+"""The paper's OAK read literally (``oak-paper``): maximise Σ x·U + μ_na·Σ(1 − Σ_j x) with U = (G·r)^p·K (paper
+§III-B). Kept bit-identical for reproduction and its ablations; the product's ``oak`` is in ``restart_aware.py``."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ class OakPolicy:
 
     params: UtilityParams = UtilityParams()
     solver: str = "auto"
-    name: str = "oak"
+    name: str = "oak-paper"
 
     @property
     def reads_clock(self) -> bool:
@@ -30,7 +31,7 @@ class OakPolicy:
         return self.params.age_key or self.params.restart_factor is RestartFactor.AGGREGATE
 
     @classmethod
-    def with_params(cls, name: str = "oak", solver: str = "auto", **kwargs: Any) -> OakPolicy:
+    def with_params(cls, name: str = "oak-paper", solver: str = "auto", **kwargs: Any) -> OakPolicy:
         return cls(params=utility_params("OAK", **kwargs), solver=solver, name=name)
 
     def decide(self, snap: RoundSnapshot) -> Allocation:

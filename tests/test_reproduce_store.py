@@ -71,7 +71,7 @@ def test_quick_plan_covers_every_experiment() -> None:
             assert cell.specs, (name, cell.labels)
     # Deterministic cells at λ = 0 collapse to one seed; stochastic policies keep theirs.
     paper = {c.label("policy"): len(c.specs) for c in EXPERIMENTS["fig3-baselines"].cells(SeedPlan(paper=True))}
-    assert paper["oak"] == 1 and paper["pollux"] == 5
+    assert paper["oak-paper"] == 1 and paper["pollux"] == 5
 
 
 def test_ray_backend_matches_local(tmp_path: Path) -> None:

@@ -32,10 +32,10 @@ def test_table4_report_puts_paper_beside_ours(tmp_path: Path) -> None:
             "unfinished_jobs": 0,
         }
 
-    results = [run("oak", 0.1, s, 100.0 + s) for s in range(2)] + [run("goodput", 0.1, 0, 200.0)]
+    results = [run("oak-paper", 0.1, s, 100.0 + s) for s in range(2)] + [run("goodput", 0.1, 0, 200.0)]
     path = write_table4_report(tmp_path, results, "small", "4 cpu", 12.0)
     text = path.read_text()
-    assert "| oak | 0.1 | 2 | 100.5 | 0.7 |" in text
+    assert "| oak-paper | 0.1 | 2 | 100.5 | 0.7 |" in text
     assert "297.3" in text and "487.6" in text  # the paper's OAK and Sia means at λ = 0.1, as reference
     assert "ours -49.8 %" in text
     assert "Small scale" in text

@@ -144,7 +144,7 @@ Evaluator = Callable[[Results], tuple[str, list[Part]]]
 def _vb1(res: Results) -> tuple[str, list[Part]]:
     parts = []
     for wl in WORKLOADS4:
-        vals = [_mean(res, "fig3-baselines", policy=p, workload=wl) for p in ("oak", "goodput", "pollux")]
+        vals = [_mean(res, "fig3-baselines", policy=p, workload=wl) for p in ("oak-paper", "goodput", "pollux")]
         spread = (max(vals) - min(vals)) / min(vals) if not any(math.isnan(v) for v in vals) else math.nan
         parts.append(_part(wl, spread, lambda v: fmt_pct(v, signed=False), lambda v: v <= 0.04 + WITHIN_TOL))
     return "spread (max − min)/min of oak, goodput, pollux mean JCT at λ = 0 — " + measured_text(parts), parts
@@ -156,7 +156,7 @@ def _ratio_rule(policy: str, lo: float, hi: float) -> Evaluator:
     def run(res: Results) -> tuple[str, list[Part]]:
         values = [
             _mean(res, "fig3-baselines", policy=policy, workload=wl)
-            / _mean(res, "fig3-baselines", policy="oak", workload=wl)
+            / _mean(res, "fig3-baselines", policy="oak-paper", workload=wl)
             for wl in WORKLOADS4
         ]
         parts = [_part(wl, v, fmt_ratio, _between(a, b)) for wl, v in zip(WORKLOADS4, values, strict=True)]
@@ -167,7 +167,7 @@ def _ratio_rule(policy: str, lo: float, hi: float) -> Evaluator:
 
 def _table2_rule(metric: str, lo: float, hi: float) -> Evaluator:
     def run(res: Results) -> tuple[str, list[Part]]:
-        table = paired_table(res.runs("table2"), metric, ["workload", "failure_rate"], "policy", "goodput", "oak")
+        table = paired_table(res.runs("table2"), metric, ["workload", "failure_rate"], "policy", "goodput", "oak-paper")
         values = [_delta(table, (wl, 0.1)) for wl in WORKLOADS4]
         parts = [
             _part(wl, v, _pct, _between(lo - RANGE_TOL, hi + RANGE_TOL))
@@ -180,7 +180,9 @@ def _table2_rule(metric: str, lo: float, hi: float) -> Evaluator:
 
 
 def _fig4_delta(res: Results) -> pd.DataFrame:
-    return paired_table(res.runs("fig4-sweep"), "mean_jct_s", ["workload", "failure_rate"], "policy", "goodput", "oak")
+    return paired_table(
+        res.runs("fig4-sweep"), "mean_jct_s", ["workload", "failure_rate"], "policy", "goodput", "oak-paper"
+    )
 
 
 def _vc3(res: Results) -> tuple[str, list[Part]]:
@@ -344,9 +346,9 @@ def _va2(res: Results) -> tuple[str, list[Part]]:
 def _ve1(res: Results) -> tuple[str, list[Part]]:
     runs = res.runs("fig6-hybrid")
     per = runs.groupby("policy")["decision_ms_mean"].mean()
-    ms = {p: float(per.get(p, math.nan)) for p in ("oak", "hybrid-oak", "pollux", "sia")}
+    ms = {p: float(per.get(p, math.nan)) for p in ("oak-paper", "hybrid-oak", "pollux", "sia")}
     text = ", ".join(f"{p} {fmt_ms(v)} ms" for p, v in ms.items() if not math.isnan(v))
-    o, h, p = ms["oak"], ms["hybrid-oak"], ms["pollux"]
+    o, h, p = ms["oak-paper"], ms["hybrid-oak"], ms["pollux"]
     parts = [
         Part("oak < 100 ms", "", None if math.isnan(o) else o < 100),
         Part("oak < hybrid-oak", "", None if math.isnan(o) or math.isnan(h) else o < h),
@@ -363,7 +365,7 @@ def _ve1(res: Results) -> tuple[str, list[Part]]:
 
 
 def _ve2(res: Results) -> tuple[str, list[Part]]:
-    oak = _mean(res, "fig6-hybrid", policy="oak", workload="medium", failure_rate=0.15)
+    oak = _mean(res, "fig6-hybrid", policy="oak-paper", workload="medium", failure_rate=0.15)
     hyb = _mean(res, "fig6-hybrid", policy="hybrid-oak", workload="medium", failure_rate=0.15)
     parts = [_part("medium λ = 0.15", (oak - hyb) / oak, _pct, _near(0.75))]
     return "(oak − hybrid-oak)/oak of mean JCT — " + measured_text(parts), parts

@@ -17,12 +17,12 @@ from oak.sim.compare import RunSpec
 from oak.sim.physics import PhysicsOptions
 
 STOCHASTIC_POLICIES = ("pollux", "hybrid-oak")
-ALL_POLICIES = ("oak", "goodput", "sia", "pollux", "hybrid-oak", "gavel", "drf")
+ALL_POLICIES = ("oak-paper", "goodput", "sia", "pollux", "hybrid-oak", "gavel", "drf")
 ABLATION_CELLS = (
     ("(a) Sia", "goodput"),
     ("(b) +Age", "oak-no-restart"),
     ("(c) +Restart", "oak-no-age"),
-    ("(d) Full OAK", "oak"),
+    ("(d) Full OAK", "oak-paper"),
 )
 QUICK_BUDGET = {
     "pollux": (("generations", 5), ("population", 10)),
@@ -106,7 +106,10 @@ def _workloads(plan: SeedPlan, full: tuple[str, ...], quick: tuple[str, ...]) ->
 def table2(plan: SeedPlan) -> list[Cell]:
     wls = _workloads(plan, ("small", "medium", "congestion", "stress"), ("small", "medium"))
     return [
-        _cell(plan, 10, pol, wl, lam, {}) for wl in wls for lam in (0.0, 0.05, 0.1) for pol in ("oak", "goodput", "sia")
+        _cell(plan, 10, pol, wl, lam, {})
+        for wl in wls
+        for lam in (0.0, 0.05, 0.1)
+        for pol in ("oak-paper", "goodput", "sia")
     ]
 
 
@@ -116,7 +119,7 @@ def fig4_sweep(plan: SeedPlan) -> list[Cell]:
         _cell(plan, 30, pol, wl, lam, {})
         for wl in wls
         for lam in (0.0, 0.02, 0.05, 0.1, 0.15)
-        for pol in ("oak", "goodput")
+        for pol in ("oak-paper", "goodput")
     ]
     cells += [_cell(plan, 10, "pollux", wl, lam, {}) for wl in wls for lam in (0.0, 0.05, 0.1, 0.15)]
     return cells
@@ -140,7 +143,7 @@ def restart_ab(plan: SeedPlan) -> list[Cell]:
     ):
         for wl in ("ckpt-variance", "medium"):
             for lam in (0.05, 0.1):
-                for label, pol in (("decomposed", "oak"), ("aggregate", "oak-aggregate")):
+                for label, pol in (("decomposed", "oak-paper"), ("aggregate", "oak-aggregate")):
                     cells.append(_cell(plan, 10, pol, wl, lam, {"factor": label, "physics": physics_name}, physics))
     return cells
 
@@ -155,7 +158,7 @@ SENSITIVITY: dict[str, tuple[float, ...]] = {
 
 def fig2_sensitivity(plan: SeedPlan) -> list[Cell]:
     return [
-        _cell(plan, 5, "oak", "medium", 0.05, {"parameter": name, "value": v}, extra=((name, v),))
+        _cell(plan, 5, "oak-paper", "medium", 0.05, {"parameter": name, "value": v}, extra=((name, v),))
         for name, values in SENSITIVITY.items()
         for v in values
     ]
@@ -172,7 +175,7 @@ def fig6_hybrid(plan: SeedPlan) -> list[Cell]:
         _cell(plan, 5, pol, wl, lam, {})
         for wl in wls
         for lam in (0.0, 0.05, 0.1, 0.15)
-        for pol in ("oak", "hybrid-oak", "pollux", "sia")
+        for pol in ("oak-paper", "hybrid-oak", "pollux", "sia")
     ]
 
 

@@ -49,9 +49,9 @@ TABLE4: dict[tuple[str, float], tuple[float, float, float, float, float]] = {
     ("goodput", 0.0): (257.8, 17.3, 500.6, 0.04, 0.0),
     ("goodput", 0.05): (305.1, 35.2, 567.4, 0.05, 1.3),
     ("goodput", 0.1): (487.6, 132.4, 712.0, 0.05, 4.7),
-    ("oak", 0.0): (263.2, 15.0, 501.4, 0.05, 0.0),
-    ("oak", 0.05): (281.4, 24.8, 529.6, 0.05, 0.7),
-    ("oak", 0.1): (297.3, 51.2, 511.8, 0.06, 2.0),
+    ("oak-paper", 0.0): (263.2, 15.0, 501.4, 0.05, 0.0),
+    ("oak-paper", 0.05): (281.4, 24.8, 529.6, 0.05, 0.7),
+    ("oak-paper", 0.1): (297.3, 51.2, 511.8, 0.06, 2.0),
     ("pollux", 0.0): (175.0, 3.5, 245.0, 1411.0, 0.0),
     ("pollux", 0.05): (190.0, 5.0, 265.0, 1405.0, 0.7),
     ("pollux", 0.1): (180.0, 12.0, 244.0, 1454.0, 2.7),
@@ -61,7 +61,7 @@ TABLE4: dict[tuple[str, float], tuple[float, float, float, float, float]] = {
 }
 
 #: §V-E and Table IV: mean decision time per round (ms) reported by the paper.
-DECISION_MS: dict[str, float] = {"oak": 7.65, "goodput": 7.53, "pollux": 9909.0, "hybrid-oak": 285.0}
+DECISION_MS: dict[str, float] = {"oak-paper": 7.65, "goodput": 7.53, "pollux": 9909.0, "hybrid-oak": 285.0}
 
 #: The paper's §V claims, by experiment, as (claim id, text).
 CLAIMS: dict[str, tuple[tuple[str, str], ...]] = {

@@ -67,7 +67,8 @@ RUN_COLUMNS = (
 )
 
 POLICY_NAMES = {
-    "oak": "OAK",
+    "oak-paper": "OAK (paper)",
+    "oak": "OAK (product)",
     "goodput": "goodput (paper's Sia)",
     "sia": "sia (faithful Sia)",
     "pollux": "Pollux",
@@ -79,7 +80,8 @@ POLICY_NAMES = {
     "oak-aggregate": "OAK, aggregate factor",
 }
 POLICY_COLORS = {
-    "oak": "#1f77b4",
+    "oak-paper": "#1f77b4",
+    "oak": "#17becf",
     "goodput": "#d62728",
     "sia": "#ff7f0e",
     "pollux": "#2ca02c",
@@ -100,7 +102,7 @@ PAPER_TEXT_FIG4_MEAN: dict[tuple[str, float, str], float] = {
     ("medium", 0.15, "pollux"): 18651,
     ("congestion", 0.0, "pollux"): 30629,
     ("congestion", 0.15, "pollux"): 35323,
-    ("medium", 0.1, "oak"): 21740,
+    ("medium", 0.1, "oak-paper"): 21740,
     ("medium", 0.1, "goodput"): 75730,
     ("medium", 0.1, "pollux"): 17814,
 }
@@ -129,10 +131,10 @@ PAPER_TEXT_FIG3_RATIO: dict[str, tuple[float, float]] = {
 }
 #: §V-E: mean JCT (s) at λ = 0.15.
 PAPER_TEXT_FIG6_MEAN: dict[tuple[str, float, str], float] = {
-    ("medium", 0.15, "oak"): 78949,
+    ("medium", 0.15, "oak-paper"): 78949,
     ("medium", 0.15, "hybrid-oak"): 19634,
     ("medium", 0.15, "pollux"): 18651,
-    ("congestion", 0.15, "oak"): 77148,
+    ("congestion", 0.15, "oak-paper"): 77148,
     ("congestion", 0.15, "hybrid-oak"): 36215,
 }
 
@@ -534,14 +536,14 @@ def section_table2(res: Results, name: str) -> Section:
     maxes = res.cells(name, "max_jct_s")
     runs = res.runs(name)
     match = ["workload", "failure_rate"]
-    dmean = paired_table(runs, "mean_jct_s", match, "policy", "goodput", "oak")
-    dmax = paired_table(runs, "max_jct_s", match, "policy", "goodput", "oak")
+    dmean = paired_table(runs, "mean_jct_s", match, "policy", "goodput", "oak-paper")
+    dmax = paired_table(runs, "max_jct_s", match, "policy", "goodput", "oak-paper")
     wls, lams = ordered(means["workload"]), ordered(means["failure_rate"])
     rows = []
     for wl in wls:
         for lam in lams:
-            o, g, s = (pick(means, policy=p, workload=wl, failure_rate=lam) for p in ("oak", "goodput", "sia"))
-            om, gm = (pick(maxes, policy=p, workload=wl, failure_rate=lam) for p in ("oak", "goodput"))
+            o, g, s = (pick(means, policy=p, workload=wl, failure_rate=lam) for p in ("oak-paper", "goodput", "sia"))
+            om, gm = (pick(maxes, policy=p, workload=wl, failure_rate=lam) for p in ("oak-paper", "goodput"))
             if o is None and g is None:
                 continue
             dm, dx = lookup(dmean, (wl, lam)), lookup(dmax, (wl, lam))
@@ -596,7 +598,7 @@ def section_table2(res: Results, name: str) -> Section:
     fig, axes = _figure(1, len(lams), 4.2 * max(len(lams), 1), 3.6)
     for ax, lam in zip(axes[0], lams, strict=False):
         series = []
-        for pol in ("oak", "goodput", "sia"):
+        for pol in ("oak-paper", "goodput", "sia"):
             vals = [pick(means, policy=pol, workload=wl, failure_rate=lam) for wl in wls]
             series.append(
                 (
@@ -637,7 +639,7 @@ def section_fig4(res: Results, name: str) -> Section:
     means = res.cells(name)
     runs = res.runs(name)
     match = ["workload", "failure_rate"]
-    d_oak = paired_table(runs, "mean_jct_s", match, "policy", "goodput", "oak")
+    d_oak = paired_table(runs, "mean_jct_s", match, "policy", "goodput", "oak-paper")
     d_pol = paired_table(runs, "mean_jct_s", match, "policy", "goodput", "pollux")
     wls, lams = ordered(means["workload"]), sorted(ordered(means["failure_rate"]))
     pols = ordered(means["policy"])
@@ -648,10 +650,14 @@ def section_fig4(res: Results, name: str) -> Section:
                 r = pick(means, policy=pol, workload=wl, failure_rate=lam)
                 if r is None:
                     continue
-                d = lookup(d_oak if pol == "oak" else d_pol, (wl, lam)) if pol in ("oak", "pollux") else None
+                d = (
+                    lookup(d_oak if pol == "oak-paper" else d_pol, (wl, lam))
+                    if pol in ("oak-paper", "pollux")
+                    else None
+                )
                 ref = PAPER_TEXT_FIG4_MEAN.get((wl, lam, pol), math.nan)
-                pd_ = PAPER_TEXT_FIG4_DELTA.get((wl, lam)) if pol == "oak" else None
-                if pol == "oak" and pd_ is None and lam <= 0.05:
+                pd_ = PAPER_TEXT_FIG4_DELTA.get((wl, lam)) if pol == "oak-paper" else None
+                if pol == "oak-paper" and pd_ is None and lam <= 0.05:
                     paper_delta = "within ±3 %"
                 else:
                     paper_delta = fmt_pct(pd_) if pd_ is not None else DASH
@@ -849,7 +855,7 @@ def section_restart(res: Results, name: str) -> Section:
     for ax, ph in zip(axes[0], physics, strict=False):
         groups = [(wl, lam) for p, wl, lam in keys if p == ph]
         series = []
-        for factor, color in (("decomposed", POLICY_COLORS["oak"]), ("aggregate", "#e377c2")):
+        for factor, color in (("decomposed", POLICY_COLORS["oak-paper"]), ("aggregate", "#e377c2")):
             vals = [pick(means, physics=ph, workload=wl, failure_rate=lam, factor=factor) for wl, lam in groups]
             series.append((factor, color, [_get(v, "mean") for v in vals], [_get(v, "half") for v in vals]))
         _grouped_bars(ax, [f"{wl}\nλ = {fmt_lam(lam)}" for wl, lam in groups], series)
@@ -948,7 +954,7 @@ def section_fig3(res: Results, name: str) -> Section:
     wls, pols = ordered(means["workload"]), ordered(means["policy"])
     rows = []
     for wl in wls:
-        oak = pick(means, policy="oak", workload=wl)
+        oak = pick(means, policy="oak-paper", workload=wl)
         for pol in pols:
             r = pick(means, policy=pol, workload=wl)
             if r is None:
@@ -962,7 +968,7 @@ def section_fig3(res: Results, name: str) -> Section:
                     _ci(r),
                     str(int(r["n"])),
                     fmt_ratio(ratio),
-                    "1×" if pol == "oak" else f"{ref[0]:g}–{ref[1]:g}×" if ref else DASH,
+                    "1×" if pol == "oak-paper" else f"{ref[0]:g}–{ref[1]:g}×" if ref else DASH,
                 ]
             )
     header = ["workload", "policy", "mean JCT (s)", "n", "ratio to OAK", "paper ratio to OAK (§V-B text)"]

@@ -25,7 +25,7 @@ from oak.io_util import write_atomic, write_json
 from oak.reproduce.paper import TABLE4
 from oak.runtime.jobs_file import JobsFile, RuntimeJob
 
-POLICIES = ("oak", "goodput", "sia", "pollux", "hybrid-oak")
+POLICIES = ("oak-paper", "goodput", "sia", "pollux", "hybrid-oak")
 RATES = (0.0, 0.05, 0.1)
 
 
@@ -161,7 +161,7 @@ def write_table4_report(out: Path, results: list[dict[str, Any]], scale: str, de
             f"| {max(r['max_jct_s'] for r in rs):,.1f} | {np.mean([r['decision_ms_mean'] for r in rs]):,.2f} "
             f"| {np.mean([r['restarts_per_job'] for r in rs]):.2f} | {sum(r['unfinished_jobs'] for r in rs)} | {paper} |"
         )
-    oak = {rate: np.mean([r["mean_jct_s"] for r in rs]) for (p, rate), rs in cells.items() if p == "oak"}
+    oak = {rate: np.mean([r["mean_jct_s"] for r in rs]) for (p, rate), rs in cells.items() if p == "oak-paper"}
     good = {rate: np.mean([r["mean_jct_s"] for r in rs]) for (p, rate), rs in cells.items() if p == "goodput"}
     lines += ["", "## Claims (§V-F)", ""]
     if 0.1 in oak and 0.1 in good:

@@ -29,9 +29,13 @@ def reproduce(
     ] = "small",
     cpu_slots: Annotated[int | None, typer.Option(help="table4 only: CPU worker slots as devices (default 4).")] = None,
     gpus: Annotated[str | None, typer.Option(help="table4 only: 'auto' or a GPU count instead of CPU slots.")] = None,
+    traces: Annotated[
+        Path | None,
+        typer.Option(help="restart-aware only: a folder of Sia-format traces (*.csv) to run on sia-64 as well."),
+    ] = None,
 ) -> None:
     """Run the paper's experiments (resuming what is stored in OUT) and write the paper-vs-ours report."""
-    from oak.reproduce.experiments import EXPERIMENTS, SeedPlan
+    from oak.reproduce.experiments import EXPERIMENTS, PAPER_EXPERIMENTS, SeedPlan
     from oak.reproduce.report import write_report
     from oak.reproduce.runner import execute
     from oak.reproduce.store import ResultsStore
@@ -50,11 +54,24 @@ def reproduce(
         _fail(f"--seeds {seeds}: expected a positive integer")
     if workers is not None and workers < 1:
         _fail(f"--workers {workers}: expected a positive integer")
-    names = list(EXPERIMENTS) if experiment == "all" else [experiment]
+    names = list(PAPER_EXPERIMENTS) if experiment == "all" else [experiment]
     for n in names:
         if n not in EXPERIMENTS:
             _fail(f"experiment {n!r} is unknown; expected 'all' or one of {', '.join(EXPERIMENTS)}")
-    plan = SeedPlan(seeds=seeds, paper=paper_seeds, quick=quick)
+    trace_files: tuple[str, ...] = ()
+    if traces is not None:
+        if "restart-aware" not in names:
+            _fail("--traces applies only to the experiment restart-aware")
+        if not traces.is_dir():
+            _fail(f"--traces {traces}: not a folder")
+        trace_files = tuple(str(p) for p in sorted(traces.glob("*.csv")))
+        if not trace_files:
+            _fail(f"--traces {traces}: no *.csv trace in the folder")
+        from oak.workloads import load_workload
+
+        for t in trace_files:
+            load_workload(t)  # a malformed trace is an input error (file, line, field) before anything runs
+    plan = SeedPlan(seeds=seeds, paper=paper_seeds, quick=quick, traces=trace_files)
     specs = [s for n in names for cell in EXPERIMENTS[n].cells(plan) for s in cell.specs]
     store = ResultsStore(out)
     todo = store.missing(specs)

@@ -39,6 +39,8 @@ class SeedPlan:
     seeds: int | None = None
     paper: bool = False
     quick: bool = False
+    #: Sia-format traces (paths) that ``restart-aware`` also runs, on Sia's 64-GPU cluster (``--traces DIR``).
+    traces: tuple[str, ...] = ()
 
     def count(self, paper_n: int) -> int:
         if self.seeds is not None:
@@ -65,6 +67,8 @@ class Experiment:
     title: str
     paper_ref: str
     build: Callable[[SeedPlan], list[Cell]] = field(repr=False)
+    #: part of ``oak reproduce all`` (the paper's experiments)
+    in_all: bool = True
 
     def cells(self, plan: SeedPlan) -> list[Cell]:
         return self.build(plan)
@@ -84,6 +88,7 @@ def _cell(
     labels: dict[str, Any],
     physics: PhysicsOptions | None = None,
     extra: tuple[tuple[str, Any], ...] = (),
+    cluster: str = "paper-12",
 ) -> Cell:
     physics = physics or PhysicsOptions()
     if plan.quick:
@@ -92,8 +97,7 @@ def _cell(
     if lam == 0 and physics.arrival_jitter_s == 0 and policy not in STOCHASTIC_POLICIES:
         n = 1  # nothing random is left: every seed gives the same run
     specs = tuple(
-        RunSpec(policy, workload, lam, seed, "paper-12", physics, _params(policy, plan.quick, extra))
-        for seed in range(n)
+        RunSpec(policy, workload, lam, seed, cluster, physics, _params(policy, plan.quick, extra)) for seed in range(n)
     )
     full = {"policy": policy, "workload": workload, "failure_rate": lam, **labels}
     return Cell(tuple(full.items()), specs)
@@ -179,6 +183,27 @@ def fig6_hybrid(plan: SeedPlan) -> list[Cell]:
     ]
 
 
+#: The product's study (issue [restart-aware]): the product ``oak`` against faithful Sia, the paper's reading,
+#: the paper's "Sia" and Pollux. Not part of ``all``, which reproduces the paper.
+RESTART_AWARE_POLICIES = ("oak", "sia", "oak-paper", "goodput", "pollux")
+RESTART_AWARE_RATES = (0.0, 0.05, 0.1, 0.15)
+
+
+def restart_aware(plan: SeedPlan) -> list[Cell]:
+    wls = _workloads(plan, ("small", "medium", "congestion", "stress"), ("small", "medium"))
+    rates = (0.0, 0.1) if plan.quick else RESTART_AWARE_RATES
+    cells = [_cell(plan, 5, pol, wl, lam, {}) for wl in wls for lam in rates for pol in RESTART_AWARE_POLICIES]
+    # Pollux's 10,000 evaluations per round are minutes per run at 160 jobs on 64 GPUs: the traces run the rest
+    trace_policies = tuple(p for p in RESTART_AWARE_POLICIES if p != "pollux")
+    cells += [
+        _cell(plan, 5, pol, trace, lam, {}, cluster="sia-64")
+        for trace in plan.traces
+        for lam in rates
+        for pol in trace_policies
+    ]
+    return cells
+
+
 EXPERIMENTS: dict[str, Experiment] = {
     e.name: e
     for e in (
@@ -192,5 +217,14 @@ EXPERIMENTS: dict[str, Experiment] = {
         Experiment("fig3-baselines", "All schedulers without failures", "Fig. 3, §V-B", fig3_baselines),
         Experiment("fig6-hybrid", "Decision time vs JCT: OAK, Hybrid OAK, Pollux, Sia", "Fig. 6, §V-E", fig6_hybrid),
         Experiment("fig7-cdf", "Pooled per-job JCT CDF of the ablation cells", "Fig. 7, §V-D", table3_ablation),
+        Experiment(
+            "restart-aware",
+            "The product's OAK against Sia: restarts, mean and max JCT",
+            "none (the product's own goals, issue [restart-aware])",
+            restart_aware,
+            in_all=False,
+        ),
     )
 }
+#: What ``oak reproduce all`` runs: the paper's experiments.
+PAPER_EXPERIMENTS = tuple(n for n, e in EXPERIMENTS.items() if e.in_all)

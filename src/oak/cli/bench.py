@@ -290,7 +290,7 @@ def bench_decision(
     for n in names:
         if n != "oak":
             variants.append((n, "default", make_policy(n)))
-    for n in ("oak", "sia"):
+    for n in ("oak", "oak-paper", "sia"):
         if n in names:
             variants.append((n, "highs", make_policy(n, solver="highs")))
     results = []

@@ -1266,14 +1266,13 @@ def section_restart_aware(res: Results, name: str) -> Section:
                     xs.append(i + 0.15 * float(lam) / 0.15 - 0.075)
                     ys.append(_get(r, "mean") / _get(base, "mean") if label.startswith("mean") else _get(r, "mean"))
             ax.plot(xs, ys, "o", label=_policy_name(pol), color=POLICY_COLORS.get(pol, "0.5"), ms=4)
-        ax.set_xticks(range(len(wls)), [Path(str(w)).name for w in wls], rotation=30, fontsize=7)
         ax.set_ylabel(label)
         if label.startswith("mean"):
             ax.axhline(1.0, color="0.6", lw=0.8)
-            ax.set_yscale("log")
-            _plain_log_ticks(ax)
         else:
             ax.set_yscale("log")
+            _plain_log_ticks(ax)
+        ax.set_xticks(range(len(wls)), [Path(str(w)).name for w in wls], rotation=30, fontsize=7)
     axes[0][0].legend(fontsize=7)
     sec.figure(
         fig,

@@ -110,3 +110,11 @@ class Allocation:
         chosen = self.config[self.config >= 0]
         np.add.at(used, snap.config_type[chosen], snap.config_gpus[chosen])
         return used
+
+
+def kept_while_restoring(snap: RoundSnapshot) -> IntArray:
+    """(J,) the configuration each job inside its restore delay keeps (its current one, when still valid), −1 for
+    the others: the ``forced`` argument of policies that let restores finish (Sia, the product's OAK)."""
+    keep = np.where(snap.restoring & (snap.current >= 0), snap.current, -1)
+    still_valid = snap.valid[np.arange(snap.num_jobs), np.maximum(keep, 0)]
+    return np.where((keep >= 0) & still_valid, keep, -1).astype(np.int64)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oak.errors import OakInputError
-from oak.model.snapshot import Allocation, FloatArray, RoundSnapshot
+from oak.model.snapshot import Allocation, FloatArray, RoundSnapshot, kept_while_restoring
 from oak.scoring.utility import age_key, restart_factor_decomposed
 from oak.solve import AssignmentProblem, solve_assignment
 
@@ -100,19 +100,13 @@ class RestartAwareOakPolicy:
         return np.where(snap.valid, u, 0.0)
 
     def decide(self, snap: RoundSnapshot) -> Allocation:
-        n = snap.num_jobs
-        forced = None
-        if self.keep_restoring:
-            keep = np.where(snap.restoring & (snap.current >= 0), snap.current, -1)
-            keep = np.where((keep >= 0) & snap.valid[np.arange(n), np.maximum(keep, 0)], keep, -1)
-            forced = keep.astype(np.int64)
         problem = AssignmentProblem(
             value=np.where(snap.valid, self.utility(snap) - self.theta, 0.0),
             valid=snap.valid,
             gpus=snap.config_gpus,
             gpu_type=snap.config_type,
             capacity=snap.capacity,
-            forced=forced,
+            forced=kept_while_restoring(snap) if self.keep_restoring else None,
         )
         res = solve_assignment(problem, self.solver)
         info = {"solve_ms": res.wall_ms, "bound": res.bound, "gap": res.gap}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oak.errors import OakInputError
-from oak.model.snapshot import Allocation, FloatArray, RoundSnapshot
+from oak.model.snapshot import Allocation, FloatArray, RoundSnapshot, kept_while_restoring
 from oak.solve import AssignmentProblem, solve_assignment
 
 #: Sia policy's assumed checkpoint-restore cost S_i per application (reference §5.4), seconds.
@@ -67,15 +67,13 @@ class SiaPolicy:
         a = self.utility(snap)
         lam = abs(self.lambda_n)
         value = lam - a if self.p < 0 else a + lam
-        forced = np.where(snap.restoring & (snap.current >= 0), snap.current, -1)
-        forced = np.where((forced >= 0) & snap.valid[np.arange(snap.num_jobs), np.maximum(forced, 0)], forced, -1)
         problem = AssignmentProblem(
             value=value,
             valid=snap.valid,
             gpus=snap.config_gpus,
             gpu_type=snap.config_type,
             capacity=snap.capacity,
-            forced=forced.astype(np.int64),
+            forced=kept_while_restoring(snap),
         )
         res = solve_assignment(problem, self.solver)
         objective = lam * snap.num_jobs - res.objective if self.p < 0 else res.objective - lam * snap.num_jobs

@@ -57,6 +57,7 @@ from torch import nn  # noqa: E402
 from oak.errors import OakInputError  # noqa: E402
 from oak.runtime import checkpoint  # noqa: E402
 from oak.runtime.data import Dataset, SampleStream, load_cifar10, shard, synthetic  # noqa: E402
+from oak.runtime.jobs_file import MAX_MIN_STEP_S  # noqa: E402
 from oak.runtime.models import MODELS, MomentumSGD, build_model  # noqa: E402
 
 STATUS_FILE = "status.json"
@@ -166,7 +167,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     need(a.status_interval >= 0, f"--status-interval must be >= 0, got {a.status_interval}")
     need(a.pg_timeout > 0, f"--pg-timeout must be > 0, got {a.pg_timeout}")
     need(
-        math.isfinite(a.min_step_s) and 0 <= a.min_step_s <= 60, f"--min-step-s must be in [0, 60], got {a.min_step_s}"
+        math.isfinite(a.min_step_s) and 0 <= a.min_step_s <= MAX_MIN_STEP_S,
+        f"--min-step-s must be in [0, {MAX_MIN_STEP_S:g}], got {a.min_step_s}",
     )
     cpus = None
     if a.cpus:

@@ -4,6 +4,8 @@ rewarded, restores are not interrupted, no job starves under heavy failures; ``o
 from __future__ import annotations
 
 import dataclasses
+import math
+from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -11,12 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oak.errors import OakInputError
-from oak.model.snapshot import RoundSnapshot, frozen_array
+from oak.model.job import JobSpec
+from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array
 from oak.policies import OakPolicy, make_policy
-from oak.policies.restart_aware import RestartAwareOakPolicy, move_factor, switching_factor
+from oak.policies.restart_aware import RestartAwareOakPolicy, WaitLedger, move_factor, switching_factor
 from oak.scoring import UtilityParams
 from oak.sim import PhysicsOptions, Simulator
-from oak.workloads import load_workload
+from oak.workloads import Workload, load_workload
 from test_hybrid import MIXED_12, PAPER_12, check_feasible, random_snapshot
 
 
@@ -43,7 +46,15 @@ def test_registry_names_the_product_and_the_paper() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"p": -0.5}, "p="), ({"theta": 1.0}, "theta="), ({"theta": -0.1}, "theta="), ({"k_max": 0.5}, "k_max=")],
+    [
+        ({"p": -0.5}, "p="),
+        ({"theta": 1.0}, "theta="),
+        ({"theta": -0.1}, "theta="),
+        ({"k_max": 0.5}, "k_max="),
+        ({"max_wait_s": 0.0}, "max_wait_s="),
+        ({"max_wait_s": math.nan}, "max_wait_s="),
+        ({"guard_run_s": -1.0}, "guard_run_s="),
+    ],
 )
 def test_bad_parameters_are_input_errors(kwargs: dict[str, float], field: str) -> None:
     with pytest.raises(OakInputError, match=field):
@@ -118,3 +129,86 @@ def test_product_restarts_less_than_the_paper_reading_on_medium() -> None:
     paper = sim.run(make_policy("oak-paper"), 0.0, 0)
     product = sim.run(make_policy("oak"), 0.0, 0)
     assert product.to_json()["restarts_per_job"] < 0.5 * paper.to_json()["restarts_per_job"]
+
+
+def _waiting_snapshot(seed: int, jobs: int = 6) -> RoundSnapshot:
+    """A random snapshot in which no job holds GPUs (so ages are waiting streaks)."""
+    snap = random_snapshot(np.random.default_rng(seed), PAPER_12, jobs)
+    return dataclasses.replace(
+        snap,
+        current=frozen_array(np.full(jobs, -1), np.int64),
+        restoring=frozen_array(np.zeros(jobs, bool), bool),
+    )
+
+
+@given(st.integers(0, 10_000))
+@settings(max_examples=60, deadline=None)
+def test_starving_jobs_are_admitted_longest_wait_first(seed: int) -> None:
+    """Jobs that waited max_wait_s at a stretch get GPUs, oldest first, while their smallest configurations fit;
+    the first that does not fit blocks younger ones (none passes it by the guard)."""
+    snap = _waiting_snapshot(seed)
+    policy = RestartAwareOakPolicy(max_wait_s=1000.0)
+    alloc = policy.decide(snap)
+    check_feasible(snap, alloc.config)
+    starving = sorted(np.flatnonzero(snap.age_s >= 1000.0).tolist(), key=lambda i: -snap.age_s[i])
+    free = int(snap.capacity[0])
+    for i in starving:
+        need = int(snap.config_gpus[snap.valid[i]].min())
+        if need > free:
+            break
+        assert alloc.config[i] >= 0, (i, need, free)
+        free -= need
+    # the state names when every job last held GPUs: now for those allocated, never for the rest
+    assert isinstance(alloc.state, WaitLedger)
+    assert set(alloc.state.last_held_s) == {snap.job_names[i] for i in np.flatnonzero(alloc.config >= 0)}
+
+
+def test_a_job_admitted_by_the_guard_keeps_its_configuration_while_protected() -> None:
+    snap = _held_snapshot(3, PAPER_12, jobs=4)
+    name = snap.job_names[0]
+    t = snap.time_s
+    ledger = WaitLedger(MappingProxyType({n: t - 60.0 for n in snap.job_names}), MappingProxyType({name: t + 600.0}))
+    # every other job values every configuration far above job 0's: unprotected, job 0 would be moved or dropped
+    good = np.where(snap.valid, snap.goodput * np.array([1.0, 50.0, 50.0, 50.0])[:, None], 0.0)
+    snap = dataclasses.replace(snap, goodput=frozen_array(good, np.float64), policy_state=ledger)
+    policy = RestartAwareOakPolicy(max_wait_s=1000.0)
+    assert policy.decide(snap).config[0] == snap.current[0]
+    expired = WaitLedger(ledger.last_held_s, MappingProxyType({name: t}))
+    assert policy.decide(dataclasses.replace(snap, policy_state=expired)).state.protected_until_s == {}
+
+
+def _stream_behind_a_big_job(gap_s: float = 1200.0, small: int = 40) -> Workload:
+    """A job needing the whole of paper-12 behind a stream of small jobs that, two at a time, outvalue it."""
+    jobs = [JobSpec(f"s{i:03d}", "cifar10", gap_s * i, 1, 4) for i in range(small)]
+    jobs.append(JobSpec("big", "imagenet", 1.0, 12, 12))
+    return Workload("stream", tuple(sorted(jobs, key=lambda j: j.submit_time_s)))
+
+
+def _longest_waits(sim: Simulator, policy: RestartAwareOakPolicy, lam: float, seed: int) -> dict[str, float]:
+    """Per job, its longest stretch without GPUs, from the decisions of every round."""
+    last: dict[str, float] = {}
+    worst: dict[str, float] = {}
+
+    def observe(snap: RoundSnapshot, alloc: Allocation, placed: object) -> None:
+        for i, n in enumerate(snap.job_names):
+            arrived = snap.time_s - snap.age_s[i]
+            if snap.current[i] >= 0 or alloc.config[i] >= 0:
+                last[n] = snap.time_s
+            worst[n] = max(worst.get(n, 0.0), snap.time_s - max(last.get(n, arrived), arrived))
+
+    result = sim.run(policy, lam, seed, on_round=observe)
+    assert all(j.jct_s is not None for j in result.jobs)
+    return worst
+
+
+@pytest.mark.parametrize(("lam", "seed"), [(0.0, 0), (0.1, 1)])
+def test_the_waiting_guard_bounds_every_wait(lam: float, seed: int) -> None:
+    """Without the guard the big job waits out most of the stream; with it no job waits longer than max_wait_s
+    + guard_run_s (a protected job ahead) + the longest restore + two rounds (detection and the restore's)."""
+    sim = Simulator(_stream_behind_a_big_job())
+    off = _longest_waits(sim, RestartAwareOakPolicy(max_wait_s=math.inf), lam, seed)
+    max_wait, guard_run = 1800.0, 600.0
+    bound = max_wait + guard_run + float(sim.restore_delay.max()) + 2 * 60.0
+    assert off["big"] > 3 * bound  # the stream starves it: the scenario tests something
+    on = _longest_waits(sim, RestartAwareOakPolicy(max_wait_s=max_wait, guard_run_s=guard_run), lam, seed)
+    assert max(on.values()) <= bound, sorted(on.items(), key=lambda kv: -kv[1])[:3]

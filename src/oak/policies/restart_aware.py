@@ -17,21 +17,30 @@ with three departures from the literal reading, each measured (docs/model.md, "T
   more GPUs to several on the minimum. The paper's μ_na = 1.1 > 1 *earns* 1.1 for leaving a job out, so a job
   whose U drops below 1.1 is preempted until its age key lifts it back: a thrash loop.
 * **A restore is not interrupted**: a job inside its restore delay keeps its configuration (as Sia does).
+* **Waiting is bounded** (the waiting guard): a job that has waited ``max_wait_s`` at a stretch (since it arrived
+  or last held GPUs) is *starving*. Starving jobs are admitted first, longest wait first, each on its smallest
+  valid configuration, while the GPUs not held by restoring or protected jobs fit it (the first that does not fit
+  blocks younger ones), and a job so admitted keeps its configuration for ``guard_run_s``. The oldest starving
+  job whose minimum configuration fits the cluster therefore waits at most guard_run_s + one restore + one round
+  more. The guard reads the clock and passes when each job last held GPUs as ``Allocation.state``.
 
 The age key K is off by default (``age_key=False``): every variant measured — the paper's K on all jobs, K on
 waiting jobs only, K from the current waiting streak — either raised mean JCT or made jobs preempt each other
-round after round (docs/model.md). No I/O; a pure function of the snapshot.
+round after round (docs/model.md); the waiting guard bounds waiting instead, touching only jobs that have waited
+a day by default. No I/O; a pure function of the snapshot (and the previous round's state).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
 from oak.errors import OakInputError
-from oak.model.snapshot import Allocation, FloatArray, RoundSnapshot, kept_while_restoring
+from oak.model.snapshot import Allocation, BoolArray, FloatArray, IntArray, RoundSnapshot, kept_while_restoring
 from oak.scoring.utility import age_key, restart_factor_decomposed
 from oak.solve import AssignmentProblem, solve_assignment
 
@@ -61,8 +70,50 @@ def move_factor(snap: RoundSnapshot, switching: bool = True) -> FloatArray:
 
 
 @dataclass(frozen=True)
+class WaitLedger:
+    """The waiting guard's state between rounds, per job name: when the job last held GPUs (s), and until when
+    an admission by the guard protects its configuration (s). Read-only mappings."""
+
+    last_held_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    protected_until_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def waiting_streak(snap: RoundSnapshot, ledger: WaitLedger | None) -> FloatArray:
+    """(J,) seconds each job has waited at a stretch: since it arrived or last held GPUs; 0 while it holds GPUs."""
+    held_before = np.array(
+        [(ledger.last_held_s.get(n, -math.inf) if ledger is not None else -math.inf) for n in snap.job_names],
+        dtype=np.float64,
+    )
+    since = np.maximum(held_before, snap.time_s - snap.age_s)
+    return np.where(snap.current >= 0, 0.0, np.maximum(snap.time_s - since, 0.0))
+
+
+def admit_starving(
+    snap: RoundSnapshot, value: FloatArray, forced: IntArray, streak: FloatArray, starving: BoolArray
+) -> IntArray:
+    """``forced`` with starving jobs added, longest wait first, each on its smallest valid configuration (the most
+    valuable of those) that fits the GPUs not already forced; stops at the first that does not fit, so a younger
+    job never passes an older one that is waiting for GPUs to free up."""
+    out = forced.copy()
+    free = snap.capacity.astype(np.int64).copy()
+    held = np.flatnonzero(out >= 0)
+    np.subtract.at(free, snap.config_type[out[held]], snap.config_gpus[out[held]])
+    for i in sorted(np.flatnonzero(starving & (out < 0)).tolist(), key=lambda i: (-streak[i], i)):
+        fits = snap.valid[i] & (snap.config_gpus <= free[snap.config_type])
+        if not fits.any():
+            break
+        cand = np.flatnonzero(fits)
+        fewest = cand[snap.config_gpus[cand] == snap.config_gpus[cand].min()]
+        j = int(fewest[np.argmax(value[i, fewest])])
+        out[i] = j
+        free[snap.config_type[j]] -= snap.config_gpus[j]
+    return out
+
+
+@dataclass(frozen=True)
 class RestartAwareOakPolicy:
-    """OAK as shipped (module docstring): p ≥ 0, admission cost θ ∈ [0, 1), optional age key (α, K_max)."""
+    """OAK as shipped (module docstring): p ≥ 0, admission cost θ ∈ [0, 1), optional age key (α, K_max), waiting
+    guard after ``max_wait_s`` of waiting (``math.inf``: off) protecting an admitted job for ``guard_run_s``."""
 
     p: float = 0.5
     theta: float = 0.5
@@ -71,6 +122,8 @@ class RestartAwareOakPolicy:
     k_max: float = 100.0
     switching: bool = True
     keep_restoring: bool = True
+    max_wait_s: float = 86_400.0
+    guard_run_s: float = 3_600.0
     solver: str = "auto"
     name: str = "oak"
 
@@ -86,11 +139,20 @@ class RestartAwareOakPolicy:
             raise OakInputError(f"oak: alpha={self.alpha!r}; expected a finite number >= 0 (1/s)")
         if not (math.isfinite(self.k_max) and self.k_max >= 1):
             raise OakInputError(f"oak: k_max={self.k_max!r}; expected a finite number >= 1")
+        if not (self.max_wait_s > 0):  # inf allowed: the guard off
+            raise OakInputError(f"oak: max_wait_s={self.max_wait_s!r}; expected a number of seconds > 0 (inf: off)")
+        if not (math.isfinite(self.guard_run_s) and self.guard_run_s >= 0):
+            raise OakInputError(f"oak: guard_run_s={self.guard_run_s!r}; expected a finite number of seconds >= 0")
+
+    @property
+    def guards_waiting(self) -> bool:
+        return math.isfinite(self.max_wait_s)
 
     @property
     def reads_clock(self) -> bool:
-        """Only the age key reads the clock (``t_queue_s``); the rest reads measured times, rates and work."""
-        return self.age_key
+        """The age key (``t_queue_s``) and the waiting guard (``time_s``, ``age_s``) read the clock; the rest reads
+        measured times, rates and work."""
+        return self.age_key or self.guards_waiting
 
     def utility(self, snap: RoundSnapshot) -> FloatArray:
         """(J, C) U_ij = (G_ij·m_ij)^p·K_i; 0 where invalid."""
@@ -100,14 +162,48 @@ class RestartAwareOakPolicy:
         return np.where(snap.valid, u, 0.0)
 
     def decide(self, snap: RoundSnapshot) -> Allocation:
+        value = np.where(snap.valid, self.utility(snap) - self.theta, 0.0)
+        forced = kept_while_restoring(snap) if self.keep_restoring else np.full(snap.num_jobs, -1, dtype=np.int64)
+        ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None
+        starving = np.zeros(snap.num_jobs, dtype=bool)
+        if self.guards_waiting:
+            if ledger is not None:
+                until = np.array([ledger.protected_until_s.get(n, -math.inf) for n in snap.job_names])
+                rows = np.arange(snap.num_jobs)
+                protect = (snap.current >= 0) & (until > snap.time_s)
+                protect &= snap.valid[rows, np.maximum(snap.current, 0)]
+                forced = np.where(protect & (forced < 0), snap.current, forced).astype(np.int64)
+            streak = waiting_streak(snap, ledger)
+            starving = (streak >= self.max_wait_s) & snap.valid.any(axis=1)
+            if starving.any():
+                forced = admit_starving(snap, value, forced, streak, starving)
         problem = AssignmentProblem(
-            value=np.where(snap.valid, self.utility(snap) - self.theta, 0.0),
+            value=value,
             valid=snap.valid,
             gpus=snap.config_gpus,
             gpu_type=snap.config_type,
             capacity=snap.capacity,
-            forced=kept_while_restoring(snap) if self.keep_restoring else None,
+            forced=forced if np.any(forced >= 0) else None,
         )
         res = solve_assignment(problem, self.solver)
-        info = {"solve_ms": res.wall_ms, "bound": res.bound, "gap": res.gap}
-        return Allocation(config=res.choice, objective=res.objective, method=res.method, info=info)
+        info = {"solve_ms": res.wall_ms, "bound": res.bound, "gap": res.gap, "starving": float(starving.sum())}
+        state = self._next_ledger(snap, ledger, res.choice, starving) if self.guards_waiting else None
+        return Allocation(config=res.choice, objective=res.objective, method=res.method, info=info, state=state)
+
+    def _next_ledger(
+        self, snap: RoundSnapshot, ledger: WaitLedger | None, choice: IntArray, starving: BoolArray
+    ) -> WaitLedger:
+        """Who holds GPUs after this round (now), and the protection of jobs the guard admitted (active jobs only)."""
+        t = snap.time_s
+        last: dict[str, float] = {}
+        until: dict[str, float] = {}
+        for i, name in enumerate(snap.job_names):
+            if choice[i] >= 0 or snap.current[i] >= 0:
+                last[name] = t
+            elif ledger is not None and name in ledger.last_held_s:
+                last[name] = ledger.last_held_s[name]
+            if choice[i] >= 0 and starving[i] and snap.current[i] < 0:
+                until[name] = t + self.guard_run_s
+            elif choice[i] >= 0 and ledger is not None and ledger.protected_until_s.get(name, -math.inf) > t:
+                until[name] = ledger.protected_until_s[name]
+        return WaitLedger(MappingProxyType(last), MappingProxyType(until))

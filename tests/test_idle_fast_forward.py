@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,7 +123,18 @@ def test_reads_clock_declarations() -> None:
     assert not reads_clock(make_policy("goodput"))
     assert not reads_clock(make_policy("oak-no-age", restart_factor="off"))
     assert reads_clock(make_policy("oak-no-age", restart_factor="aggregate"))  # reads age_s
-    for name in ("oak-paper", "oak-no-restart", "oak-aggregate", "sia", "pollux", "hybrid-oak", "gavel", "drf"):
+    for name in (
+        "oak-paper",
+        "oak-no-restart",
+        "oak-aggregate",
+        "sia",
+        "sia-paper",
+        "pollux",
+        "hybrid-oak",
+        "gavel",
+        "drf",
+    ):
         assert reads_clock(make_policy(name, seed=0)), name
-    assert not reads_clock(make_policy("oak"))  # the product without its (optional) age key
-    assert reads_clock(make_policy("oak", age_key=True))
+    assert reads_clock(make_policy("oak"))  # the product's waiting guard reads time_s and age_s
+    assert not reads_clock(make_policy("oak", max_wait_s=math.inf))  # without the guard and the age key
+    assert reads_clock(make_policy("oak", age_key=True, max_wait_s=math.inf))

@@ -72,3 +72,31 @@ def test_restart_aware_traces_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.csv").write_text("name,time,application,num_replicas,batch_size\nj,1e308,cifar10,1,8\n")
     res = _reproduce("restart-aware", "--traces", str(tmp_path), "--out", str(tmp_path / "o"))
     assert res.returncode == 2 and "bad.csv:2" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_reproduce_under_both_rule_sets_compares_the_claims(tmp_path: Path) -> None:
+    """``--rules sia-artifact`` runs into the same store as the default rules; the report shows the claims under
+    every rule set stored (with the same other options) and both readings of the paper's "Sia" side by side."""
+    out = str(tmp_path / "out")
+
+    def header() -> str:
+        report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+        return next(
+            line for line in report.splitlines() if line.startswith("| id | paper's claim | ") and "rules" in line
+        )
+
+    first = _reproduce("table2", "--quick", "--out", out)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "default rules, “Sia” = sia-paper" in header() and "sia-artifact" not in header()
+    res = _reproduce("table2", "--quick", "--rules", "sia-artifact", "--failure-restarts", "2", "--out", out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "simulator rules: sia-artifact" in report and "a failure adds 2 to a job's restart count" in report
+    assert "default rules" not in header()  # the default runs were made with a failure adding 1
+    again = _reproduce("table2", "--quick", "--failure-restarts", "2", "--out", out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    for rules in ("default", "sia-artifact"):
+        for reading in ("goodput", "sia-paper"):
+            assert f"{rules} rules, “Sia” = {reading}" in header()
+    bad = _reproduce("table2", "--rules", "sia", "--out", out)
+    assert bad.returncode == 2 and "--rules 'sia'" in bad.stderr and "Traceback" not in bad.stderr

@@ -34,3 +34,31 @@ def write_atomic(path: str | Path, text: str) -> None:
 
 def write_json(path: str | Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file, fsync and rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_rows_parquet(path: str | Path, rows: list[dict[str, Any]], columns: tuple[str, ...]) -> None:
+    """Write ``rows`` (dicts with ``columns``) as a Parquet table, atomically."""
+    import io
+
+    import pandas as pd
+
+    buf = io.BytesIO()
+    pd.DataFrame(rows, columns=list(columns)).to_parquet(buf, index=False)
+    write_bytes_atomic(path, buf.getvalue())

@@ -73,10 +73,13 @@ def _physics(
     queue_clock: str,
     arrival_jitter: float,
     horizon: float,
+    rules: str = "default",
+    failure_restarts: int = 1,
+    failure_mode: str = "restore",
 ) -> Any:
-    from oak.sim.physics import PhysicsOptions
+    from oak.sim.physics import PhysicsOptions, with_rules
 
-    return PhysicsOptions(
+    base = PhysicsOptions(
         restore_cost=restore_cost,
         failure_scope=failure_scope,
         lost_work=lost_work,
@@ -84,7 +87,10 @@ def _physics(
         queue_clock=queue_clock,
         arrival_jitter_s=arrival_jitter,
         horizon_s=horizon,
+        failure_restarts=failure_restarts,
+        failure_mode=failure_mode,
     )
+    return with_rules(base, rules)
 
 
 #: Policies with the paper's utility parameters (p, α, K_max, μ_na); the product's ``oak`` takes p only.
@@ -119,7 +125,26 @@ RestoreOpt = Annotated[
 ]
 ScopeOpt = Annotated[str, typer.Option(help="Failure rate applies per 'job' or per 'gpu'.")]
 LostOpt = Annotated[
-    str, typer.Option(help="'none' or 'since-checkpoint' (progress since the last checkpoint is lost).")
+    str,
+    typer.Option(
+        help="'none', 'since-checkpoint' (progress since the last checkpoint is lost) or 'since-restart' (since "
+        "the job's last (re)start)."
+    ),
+]
+RulesOpt = Annotated[
+    str,
+    typer.Option(
+        help="Simulator rules: 'default' or 'sia-artifact' (the Sia artifact's: 1-GPU bootstrap, 2x exploration "
+        "cap, restarts only on a change of per-node shape, fixed 60 s steps, restores not preemptible)."
+    ),
+]
+FailureRestartsOpt = Annotated[int, typer.Option(help="Restarts a failure adds to a job's count n: 0, 1 or 2.")]
+FailureModeOpt = Annotated[
+    str,
+    typer.Option(
+        help="'restore' (a failed job restores in place) or 'ghost' (it keeps its GPUs without progress until "
+        "its allocation changes)."
+    ),
 ]
 CkptOpt = Annotated[
     float, typer.Option(help="Checkpoint interval (s of productive time) for --lost-work since-checkpoint.")
@@ -192,21 +217,58 @@ def simulate(
     queue_clock: QueueOpt = "accumulated",
     arrival_jitter: JitterOpt = 0.0,
     horizon: HorizonOpt = 3.0e6,
+    rules: RulesOpt = "default",
+    failure_restarts: FailureRestartsOpt = 1,
+    failure_mode: FailureModeOpt = "restore",
     json_path: JsonOpt = None,
+    trace_jobs: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write each job's state in every round (GPUs, restarts, failures, restart factors) to this "
+            "Parquet file."
+        ),
+    ] = None,
+    trace_plot: Annotated[
+        Path | None,
+        typer.Option(help="Plot the three longest-running jobs' GPUs and restart factors over time to this PNG."),
+    ] = None,
 ) -> None:
     """Simulate one run and print per-job and per-run metrics."""
     from oak.io_util import write_json
     from oak.sim.compare import RunSpec, run_one
 
     physics = _physics(
-        restore_cost, failure_scope, lost_work, checkpoint_interval, queue_clock, arrival_jitter, horizon
+        restore_cost,
+        failure_scope,
+        lost_work,
+        checkpoint_interval,
+        queue_clock,
+        arrival_jitter,
+        horizon,
+        rules,
+        failure_restarts,
+        failure_mode,
     )
     params = _policy_params(
         [policy], solver, p=p, alpha=alpha, k_max=k_max, mu_na=mu_na, population=population, generations=generations
     )
     spec = RunSpec(policy, workload, failure_rate, seed, cluster, physics, params[policy])
     _check_spec(spec)
-    result = run_one(spec)
+    if trace_jobs is not None or trace_plot is not None:
+        from oak.io_util import write_bytes_atomic, write_rows_parquet
+        from oak.sim.trace import TRACE_COLUMNS, plot_trace, run_traced
+
+        result, rows = run_traced(spec)
+        if trace_jobs is not None:
+            write_rows_parquet(trace_jobs, rows, TRACE_COLUMNS)
+            console.print(f"wrote {len(rows):,} job-rounds to {trace_jobs}")
+        if trace_plot is not None:
+            rules = "sia-artifact rules" if physics.non_default().get("fixed_steps") else "default rules"
+            title = f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}, {rules}"
+            write_bytes_atomic(trace_plot, plot_trace(rows, title))
+            console.print(f"wrote {trace_plot}")
+    else:
+        result = run_one(spec)
     table = jobs_table(result, f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}")
     console.print(table)
     s = result.summary()
@@ -262,6 +324,9 @@ def compare(
     queue_clock: QueueOpt = "accumulated",
     arrival_jitter: JitterOpt = 0.0,
     horizon: HorizonOpt = 3.0e6,
+    rules: RulesOpt = "default",
+    failure_restarts: FailureRestartsOpt = 1,
+    failure_mode: FailureModeOpt = "restore",
     json_path: JsonOpt = None,
 ) -> None:
     """Paired comparison of policies × failure rates × seeds; prints a table of means over seeds."""
@@ -269,7 +334,16 @@ def compare(
     from oak.sim.compare import RunSpec, run_many, summarise
 
     physics = _physics(
-        restore_cost, failure_scope, lost_work, checkpoint_interval, queue_clock, arrival_jitter, horizon
+        restore_cost,
+        failure_scope,
+        lost_work,
+        checkpoint_interval,
+        queue_clock,
+        arrival_jitter,
+        horizon,
+        rules,
+        failure_restarts,
+        failure_mode,
     )
     names = [x.strip() for x in policies.split(",") if x.strip()]
     if not names:

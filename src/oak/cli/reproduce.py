@@ -29,6 +29,16 @@ def reproduce(
     ] = "small",
     cpu_slots: Annotated[int | None, typer.Option(help="table4 only: CPU worker slots as devices (default 4).")] = None,
     gpus: Annotated[str | None, typer.Option(help="table4 only: 'auto' or a GPU count instead of CPU slots.")] = None,
+    rules: Annotated[
+        str,
+        typer.Option(
+            help="Simulator rules of every run: 'default' or 'sia-artifact' (the Sia artifact's rules; the report "
+            "then also compares the claims with the other rule set's runs stored in OUT)."
+        ),
+    ] = "default",
+    failure_restarts: Annotated[
+        int, typer.Option(help="Restarts a failure adds to a job's count n in every run: 0, 1 or 2.")
+    ] = 1,
     traces: Annotated[
         Path | None,
         typer.Option(help="restart-aware only: a folder of Sia-format traces (*.csv) to run on sia-64 as well."),
@@ -71,7 +81,15 @@ def reproduce(
 
         for t in trace_files:
             load_workload(t)  # a malformed trace is an input error (file, line, field) before anything runs
-    plan = SeedPlan(seeds=seeds, paper=paper_seeds, quick=quick, traces=trace_files)
+    from oak.sim.physics import RULES
+
+    if rules not in RULES:
+        _fail(f"--rules {rules!r}: expected one of {', '.join(RULES)}")
+    if failure_restarts not in (0, 1, 2):
+        _fail(f"--failure-restarts {failure_restarts}: expected 0, 1 or 2")
+    plan = SeedPlan(
+        seeds=seeds, paper=paper_seeds, quick=quick, traces=trace_files, rules=rules, failure_restarts=failure_restarts
+    )
     specs = [s for n in names for cell in EXPERIMENTS[n].cells(plan) for s in cell.specs]
     store = ResultsStore(out)
     todo = store.missing(specs)

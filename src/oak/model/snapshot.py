@@ -44,6 +44,9 @@ class RoundSnapshot:
     per node now. node_goodput: (J, T, N+1, R+1) raw goodput (samples/s) of each job on N nodes and R GPUs of
     type T (0 where infeasible), filled only for policies that set ``needs_node_goodput``.
     policy_state: what this policy returned as ``Allocation.state`` in the previous round (None at first).
+    kept: (J,) the configuration the world holds each job to this round whatever the policy decides (−1: free),
+    or None when it holds none; set where restores cannot be preempted (``PhysicsOptions.restores_preemptible``),
+    and honoured by the policies that solve the round program (``forced_configs``).
     """
 
     time_s: float
@@ -77,6 +80,7 @@ class RoundSnapshot:
     current_replicas: IntArray
     node_goodput: FloatArray | None = None
     policy_state: Any = None
+    kept: IntArray | None = None
 
     @property
     def num_jobs(self) -> int:
@@ -118,3 +122,13 @@ def kept_while_restoring(snap: RoundSnapshot) -> IntArray:
     keep = np.where(snap.restoring & (snap.current >= 0), snap.current, -1)
     still_valid = snap.valid[np.arange(snap.num_jobs), np.maximum(keep, 0)]
     return np.where((keep >= 0) & still_valid, keep, -1).astype(np.int64)
+
+
+def forced_configs(snap: RoundSnapshot, *others: IntArray | None) -> IntArray | None:
+    """(J,) the configurations a round program must keep: the world's (``snap.kept``) and any the policy adds
+    (each −1 where free; the first that names one wins), or None when none is forced."""
+    out = np.full(snap.num_jobs, -1, dtype=np.int64)
+    for f in (snap.kept, *others):
+        if f is not None:
+            out = np.where(out >= 0, out, f)
+    return out if np.any(out >= 0) else None

@@ -40,6 +40,7 @@ POLICY_DESCRIPTIONS: dict[str, str] = {
     "oak-no-restart": "ablation (b) of oak-paper: without the restart factor (r = 1)",
     "oak-aggregate": "§V-D: oak-paper with the aggregate factor max(A − n·P, 0)/(A + P) instead of the decomposed one",
     "sia": "faithful Sia (reference §5): p = −0.5, λ_n = 1.1, realloc factor on changed configurations",
+    "sia-paper": "the paper's 'Sia' as the Sia artifact runs it: Sia's policy at p = +0.5, λ_n = −1.1 (a penalty)",
     "pollux": "Pollux (reference §4): NSGA-II over replicas per (job, node), power mean (p = −1) of fair-share speedups",
     "hybrid-oak": "Hybrid OAK (paper §V-E): OAK's objective optimised by NSGA-II (population 20 × 20 generations)",
     "gavel": "Gavel finish-time fairness (reference §6): min max finish-time ratio at rigid GPU counts",
@@ -63,6 +64,8 @@ def make_policy(name: str, **overrides: Any) -> Policy:
         overrides = {k: v for k, v in overrides.items() if k != "seed"}  # deterministic policies take no seed
     if name == "sia":
         return SiaPolicy(**overrides)
+    if name == "sia-paper":
+        return SiaPolicy(**{"p": 0.5, "lambda_n": -1.1, "name": "sia-paper", **overrides})
     if name == "oak":
         from oak.policies.restart_aware import RestartAwareOakPolicy
 

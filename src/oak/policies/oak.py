@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from oak.model.snapshot import Allocation, RoundSnapshot
+from oak.model.snapshot import Allocation, RoundSnapshot, forced_configs
 from oak.scoring import RestartFactor, UtilityParams, utility_matrix, utility_params
 from oak.solve import AssignmentProblem, solve_assignment
 
@@ -43,6 +43,7 @@ class OakPolicy:
             gpus=snap.config_gpus,
             gpu_type=snap.config_type,
             capacity=snap.capacity,
+            forced=forced_configs(snap),
         )
         res = solve_assignment(problem, self.solver)
         objective = mu * snap.num_jobs + res.objective

@@ -40,7 +40,15 @@ from types import MappingProxyType
 import numpy as np
 
 from oak.errors import OakInputError
-from oak.model.snapshot import Allocation, BoolArray, FloatArray, IntArray, RoundSnapshot, kept_while_restoring
+from oak.model.snapshot import (
+    Allocation,
+    BoolArray,
+    FloatArray,
+    IntArray,
+    RoundSnapshot,
+    forced_configs,
+    kept_while_restoring,
+)
 from oak.scoring.utility import age_key, restart_factor_decomposed
 from oak.solve import AssignmentProblem, solve_assignment
 
@@ -163,7 +171,8 @@ class RestartAwareOakPolicy:
 
     def decide(self, snap: RoundSnapshot) -> Allocation:
         value = np.where(snap.valid, self.utility(snap) - self.theta, 0.0)
-        forced = kept_while_restoring(snap) if self.keep_restoring else np.full(snap.num_jobs, -1, dtype=np.int64)
+        kept = forced_configs(snap, kept_while_restoring(snap) if self.keep_restoring else None)
+        forced = kept if kept is not None else np.full(snap.num_jobs, -1, dtype=np.int64)
         ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None
         starving = np.zeros(snap.num_jobs, dtype=bool)
         if self.guards_waiting:

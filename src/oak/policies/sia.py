@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oak.errors import OakInputError
-from oak.model.snapshot import Allocation, FloatArray, RoundSnapshot, kept_while_restoring
+from oak.model.snapshot import Allocation, FloatArray, RoundSnapshot, forced_configs, kept_while_restoring
 from oak.solve import AssignmentProblem, solve_assignment
 
 #: Sia policy's assumed checkpoint-restore cost S_i per application (reference §5.4), seconds.
@@ -73,7 +73,7 @@ class SiaPolicy:
             gpus=snap.config_gpus,
             gpu_type=snap.config_type,
             capacity=snap.capacity,
-            forced=kept_while_restoring(snap),
+            forced=forced_configs(snap, kept_while_restoring(snap)),
         )
         res = solve_assignment(problem, self.solver)
         objective = lam * snap.num_jobs - res.objective if self.p < 0 else res.objective - lam * snap.num_jobs

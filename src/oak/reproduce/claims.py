@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from oak.reproduce import paper
-from oak.reproduce.experiments import EXPERIMENTS, SeedPlan
+from oak.reproduce.experiments import ABLATION_CELL_A_SIA_PAPER, EXPERIMENTS, SeedPlan
 from oak.reproduce.report import (
     DASH,
     PAPER_TEXT_FIG4_DELTA,
@@ -144,10 +144,10 @@ Evaluator = Callable[[Results], tuple[str, list[Part]]]
 def _vb1(res: Results) -> tuple[str, list[Part]]:
     parts = []
     for wl in WORKLOADS4:
-        vals = [_mean(res, "fig3-baselines", policy=p, workload=wl) for p in ("oak-paper", "goodput", "pollux")]
+        vals = [_mean(res, "fig3-baselines", policy=p, workload=wl) for p in ("oak-paper", res.paper_sia, "pollux")]
         spread = (max(vals) - min(vals)) / min(vals) if not any(math.isnan(v) for v in vals) else math.nan
         parts.append(_part(wl, spread, lambda v: fmt_pct(v, signed=False), lambda v: v <= 0.04 + WITHIN_TOL))
-    return "spread (max − min)/min of oak, goodput, pollux mean JCT at λ = 0 — " + measured_text(parts), parts
+    return f"spread (max − min)/min of oak, {res.paper_sia}, pollux mean JCT at λ = 0 — " + measured_text(parts), parts
 
 
 def _ratio_rule(policy: str, lo: float, hi: float) -> Evaluator:
@@ -167,21 +167,23 @@ def _ratio_rule(policy: str, lo: float, hi: float) -> Evaluator:
 
 def _table2_rule(metric: str, lo: float, hi: float) -> Evaluator:
     def run(res: Results) -> tuple[str, list[Part]]:
-        table = paired_table(res.runs("table2"), metric, ["workload", "failure_rate"], "policy", "goodput", "oak-paper")
+        table = paired_table(
+            res.runs("table2"), metric, ["workload", "failure_rate"], "policy", res.paper_sia, "oak-paper"
+        )
         values = [_delta(table, (wl, 0.1)) for wl in WORKLOADS4]
         parts = [
             _part(wl, v, _pct, _between(lo - RANGE_TOL, hi + RANGE_TOL))
             for wl, v in zip(WORKLOADS4, values, strict=True)
         ]
         what = "Δmean" if metric == "mean_jct_s" else "Δmax"
-        return f"{what} (goodput → oak) at λ = 0.1, {_range(values, _pct)}" + measured_text(parts), parts
+        return f"{what} ({res.paper_sia} → oak) at λ = 0.1, {_range(values, _pct)}" + measured_text(parts), parts
 
     return run
 
 
 def _fig4_delta(res: Results) -> pd.DataFrame:
     return paired_table(
-        res.runs("fig4-sweep"), "mean_jct_s", ["workload", "failure_rate"], "policy", "goodput", "oak-paper"
+        res.runs("fig4-sweep"), "mean_jct_s", ["workload", "failure_rate"], "policy", res.paper_sia, "oak-paper"
     )
 
 
@@ -192,7 +194,7 @@ def _vc3(res: Results) -> tuple[str, list[Part]]:
         for wl in WORKLOADS2
         for lam in (0.0, 0.02, 0.05)
     ]
-    return "Δmean (goodput → oak) — " + measured_text(parts), parts
+    return f"Δmean ({res.paper_sia} → oak) — " + measured_text(parts), parts
 
 
 def _fig4_point(lam: float) -> Evaluator:
@@ -202,20 +204,20 @@ def _fig4_point(lam: float) -> Evaluator:
         for wl in WORKLOADS2:
             ref = PAPER_TEXT_FIG4_DELTA[(wl, lam)]
             parts.append(_part(wl, _delta(table, (wl, lam)), _pct, _near(ref)))
-        return f"Δmean (goodput → oak) at λ = {fmt_lam(lam)} — " + measured_text(parts), parts
+        return f"Δmean ({res.paper_sia} → oak) at λ = {fmt_lam(lam)} — " + measured_text(parts), parts
 
     return run
 
 
 def _vc6(res: Results) -> tuple[str, list[Part]]:
-    claimed = {("pollux", "medium"): 0.16, ("pollux", "congestion"): 0.15, ("goodput", "medium"): 4.8}
-    claimed[("goodput", "congestion")] = 3.0
+    claimed = {("pollux", "medium"): 0.16, ("pollux", "congestion"): 0.15, ("sia", "medium"): 4.8}
+    claimed[("sia", "congestion")] = 3.0
     parts = []
-    for pol in ("pollux", "goodput"):
+    for pol in ("pollux", res.paper_sia):
         for wl in WORKLOADS2:
             v0 = _mean(res, "fig4-sweep", policy=pol, workload=wl, failure_rate=0.0)
             v1 = _mean(res, "fig4-sweep", policy=pol, workload=wl, failure_rate=0.15)
-            ref = claimed[(pol, wl)]
+            ref = claimed[("pollux" if pol == "pollux" else "sia", wl)]
             check = _between(-math.inf, ref + POINT_TOL) if pol == "pollux" else _between(ref / 2, math.inf)
             parts.append(_part(f"{pol} {wl}", v1 / v0 - 1, _pct, check))
     return "growth of mean JCT from λ = 0 to 0.15 — " + measured_text(parts), parts
@@ -286,8 +288,9 @@ def _vd3(res: Results) -> tuple[str, list[Part]]:
 def _ablation(res: Results, metric: str = "mean_jct_s") -> dict[str, float]:
     cells = res.cells("table3-ablation", metric)
     out = {}
+    cell_a = ABLATION_CELL_A_SIA_PAPER[0] if res.paper_sia == ABLATION_CELL_A_SIA_PAPER[1] else "(a) Sia"
     for label in ("(a) Sia", "(b) +Age", "(c) +Restart", "(d) Full OAK"):
-        row = pick(cells, workload="medium", failure_rate=0.1, cell=label)
+        row = pick(cells, workload="medium", failure_rate=0.1, cell=cell_a if label == "(a) Sia" else label)
         out[label] = math.nan if row is None else float(row["mean"])
         out[label + " σ"] = math.nan if row is None or int(row["n"]) < 2 else float(row["sd"])
     return out

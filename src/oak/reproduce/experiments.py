@@ -14,10 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oak.sim.compare import RunSpec
-from oak.sim.physics import PhysicsOptions
+from oak.sim.physics import PhysicsOptions, with_rules
 
 STOCHASTIC_POLICIES = ("pollux", "hybrid-oak")
-ALL_POLICIES = ("oak-paper", "goodput", "sia", "pollux", "hybrid-oak", "gavel", "drf")
+ALL_POLICIES = ("oak-paper", "goodput", "sia-paper", "sia", "pollux", "hybrid-oak", "gavel", "drf")
+#: The two readings of the paper's "Sia" baseline: OAK's program with r = K = 1 and μ_na a reward (``goodput``),
+#: or Sia's own policy at p = +0.5 with an unallocated penalty, as the Sia artifact runs it (``sia-paper``).
+PAPER_SIA_READINGS = ("goodput", "sia-paper")
+#: Table III's cell (a) under the ``sia-paper`` reading.
+ABLATION_CELL_A_SIA_PAPER = ("(a) Sia [sia-paper]", "sia-paper")
 ABLATION_CELLS = (
     ("(a) Sia", "goodput"),
     ("(b) +Age", "oak-no-restart"),
@@ -41,6 +46,10 @@ class SeedPlan:
     quick: bool = False
     #: Sia-format traces (paths) that ``restart-aware`` also runs, on Sia's 64-GPU cluster (``--traces DIR``).
     traces: tuple[str, ...] = ()
+    #: the simulator rules every run follows (``--rules``: ``oak.sim.physics.RULES``)
+    rules: str = "default"
+    #: restarts a failure adds to a job's count (``--failure-restarts``; ``PhysicsOptions.failure_restarts``)
+    failure_restarts: int = 1
 
     def count(self, paper_n: int) -> int:
         if self.seeds is not None:
@@ -90,7 +99,9 @@ def _cell(
     extra: tuple[tuple[str, Any], ...] = (),
     cluster: str = "paper-12",
 ) -> Cell:
-    physics = physics or PhysicsOptions()
+    physics = with_rules(physics or PhysicsOptions(), plan.rules)
+    if plan.failure_restarts != physics.failure_restarts:
+        physics = dataclasses.replace(physics, failure_restarts=plan.failure_restarts)
     if plan.quick:
         physics = dataclasses.replace(physics, horizon_s=QUICK_HORIZON_S)
     n = plan.count(paper_n)
@@ -113,7 +124,7 @@ def table2(plan: SeedPlan) -> list[Cell]:
         _cell(plan, 10, pol, wl, lam, {})
         for wl in wls
         for lam in (0.0, 0.05, 0.1)
-        for pol in ("oak-paper", "goodput", "sia")
+        for pol in ("oak-paper", "goodput", "sia-paper", "sia")
     ]
 
 
@@ -123,7 +134,7 @@ def fig4_sweep(plan: SeedPlan) -> list[Cell]:
         _cell(plan, 30, pol, wl, lam, {})
         for wl in wls
         for lam in (0.0, 0.02, 0.05, 0.1, 0.15)
-        for pol in ("oak-paper", "goodput")
+        for pol in ("oak-paper", *PAPER_SIA_READINGS)
     ]
     cells += [_cell(plan, 10, "pollux", wl, lam, {}) for wl in wls for lam in (0.0, 0.05, 0.1, 0.15)]
     return cells
@@ -135,7 +146,7 @@ def table3_ablation(plan: SeedPlan) -> list[Cell]:
         _cell(plan, 10, pol, wl, lam, {"cell": label})
         for lam in (0.05, 0.1)
         for wl in wls
-        for label, pol in ABLATION_CELLS
+        for label, pol in (*ABLATION_CELLS, ABLATION_CELL_A_SIA_PAPER)
     ]
 
 

@@ -3,6 +3,7 @@ option here, documented in docs/model.md with its default."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -11,8 +12,21 @@ from oak.workloads.loader import MAX_PENALTY_S, MAX_TIME_S
 
 RESTORE_COSTS = ("per-app",)
 FAILURE_SCOPES = ("job", "gpu")
-LOST_WORK = ("none", "since-checkpoint")
 QUEUE_CLOCKS = ("accumulated", "since-last-run")
+LOST_WORK = ("none", "since-checkpoint", "since-restart")
+RESTART_ON = ("move", "shape")
+FAILURE_MODES = ("restore", "ghost")
+FAILURE_RESTARTS = (0, 1, 2)
+#: ``--rules``: named sets of options. ``sia-artifact`` switches on the rules of the Sia artifact's simulator
+#: (docs/model.md, "Simulator rules"); options the rule set does not name keep their values.
+RULES = ("default", "sia-artifact")
+SIA_ARTIFACT_RULES: dict[str, object] = {
+    "bootstrap": True,
+    "exploration_cap": True,
+    "restart_on": "shape",
+    "fixed_steps": True,
+    "restores_preemptible": False,
+}
 
 
 @dataclass(frozen=True)
@@ -28,6 +42,17 @@ class PhysicsOptions:
     or "since-last-run" (T_queue resets when the job is allocated). arrival_jitter_s: each job's submission is
     delayed by a seeded uniform in [0, jitter). horizon_s: simulated time after which a run stops and the
     unfinished jobs are reported as such.
+
+    The rules of the Sia artifact's simulator, each on its own (``--rules sia-artifact`` sets all five):
+    bootstrap: a job that has never run is offered only its smallest configurations (1 GPU). exploration_cap: a
+    job that has run is offered at most 2× the most GPUs it has run on. restart_on: "move" (any change of GPUs
+    is a restart and pays a restore) or "shape" (only a change of the job's GPU type or GPUs per node is; moving
+    to other nodes in the same shape is free). fixed_steps: decisions only on the round grid, none on arrival,
+    completion or failure. restores_preemptible: False keeps every job inside a restore on its configuration,
+    whatever the policy. failure_restarts: how many restarts a failure adds to the job's count n (0, 1, 2).
+    failure_mode: "restore" (a failed job restores in place) or "ghost" (it keeps its GPUs without progress
+    until the policy changes its allocation). lost_work "since-restart": a failure loses the progress since
+    the job's last (re)start (the artifact checkpoints only when a job is reallocated).
     """
 
     round_s: float = 60.0
@@ -38,6 +63,13 @@ class PhysicsOptions:
     queue_clock: str = "accumulated"
     arrival_jitter_s: float = 0.0
     horizon_s: float = 3.0e6
+    bootstrap: bool = False
+    exploration_cap: bool = False
+    restart_on: str = "move"
+    fixed_steps: bool = False
+    restores_preemptible: bool = True
+    failure_restarts: int = 1
+    failure_mode: str = "restore"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.round_s) and 0 < self.round_s <= MAX_TIME_S):
@@ -58,9 +90,15 @@ class PhysicsOptions:
             ("failure_scope", FAILURE_SCOPES),
             ("lost_work", LOST_WORK),
             ("queue_clock", QUEUE_CLOCKS),
+            ("restart_on", RESTART_ON),
+            ("failure_mode", FAILURE_MODES),
+            ("failure_restarts", FAILURE_RESTARTS),
         ):
             if getattr(self, name) not in allowed:
                 raise OakInputError(f"physics {name}={getattr(self, name)!r}: expected one of {allowed}")
+        for name in ("bootstrap", "exploration_cap", "fixed_steps", "restores_preemptible"):
+            if not isinstance(getattr(self, name), bool):
+                raise OakInputError(f"physics {name}={getattr(self, name)!r}: expected true or false")
         for name in ("checkpoint_interval_s", "horizon_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and 0 < v <= MAX_TIME_S):
@@ -70,8 +108,27 @@ class PhysicsOptions:
                 f"physics arrival_jitter_s={self.arrival_jitter_s!r}: expected a number of seconds in [0, {MAX_TIME_S:g}]"
             )
 
+    def non_default(self) -> dict[str, object]:
+        """The options that differ from their defaults (what a run's label and key need to name)."""
+        base = PhysicsOptions()
+        return {k: v for k, v in dataclasses.asdict(self).items() if getattr(base, k) != v}
+
     def restore_delay_s(self, restart_penalty_s: float) -> float:
         """Seconds a (re)start or failure costs a job whose P_restart is ``restart_penalty_s``."""
         if self.restore_cost == "per-app":
             return restart_penalty_s
         return float(self.restore_cost)
+
+
+def with_rules(physics: PhysicsOptions, rules: str) -> PhysicsOptions:
+    """``physics`` under the named rule set (``RULES``): ``default`` leaves it as it is."""
+    if rules not in RULES:
+        raise OakInputError(f"--rules {rules!r}: expected one of {', '.join(RULES)}")
+    if rules == "default":
+        return physics
+    return dataclasses.replace(physics, **SIA_ARTIFACT_RULES)  # type: ignore[arg-type]
+
+
+def rules_of(physics: PhysicsOptions) -> str:
+    """The rule set ``physics`` follows: ``sia-artifact`` when all its rules are on, else ``default``."""
+    return "sia-artifact" if all(getattr(physics, k) == v for k, v in SIA_ARTIFACT_RULES.items()) else "default"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -75,6 +75,10 @@ class JobsState:
     ckpt_tprog: np.ndarray
     gpus: list[GpuSet]
     policy_state: object = None
+    #: the most GPUs each job has run on (the exploration cap's reference); 0: never ran
+    max_run_gpus: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: failed jobs that keep their GPUs without progress until their allocation changes (failure_mode "ghost")
+    ghost: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
     @classmethod
     def initial(cls, submit: np.ndarray) -> JobsState:
@@ -102,6 +106,8 @@ class JobsState:
             gpu_lost=z.copy(),
             ckpt_tprog=z.copy(),
             gpus=[() for _ in range(n)],
+            max_run_gpus=np.zeros(n, np.int64),
+            ghost=np.zeros(n, bool),
         )
 
 
@@ -237,7 +243,8 @@ class Simulator:
         decision_ms: list[float] = []
         skip_idle = self.idle_fast_forward and on_round is None
         clock_free = skip_idle and not reads_clock(policy)
-        decide = True
+        immediate = not ph.fixed_steps  # re-decide on arrival, completion and failure, not only on the grid
+        decide = immediate or abs(t - round(t / round_s) * round_s) <= _EPS * max(1.0, t)
         st.arrived |= st.submit <= t + _EPS
         while True:
             k = math.floor(t / round_s + _EPS)
@@ -288,7 +295,7 @@ class Simulator:
                 candidates.append(t + float(((self.total - st.progress)[finishing] / st.rate[finishing]).min()))
             if failure_rate > 0:
                 p_fail = self._fail_prob(st, failure_rate)
-                cand = alloc & (fail_time > t) & (fail_u < p_fail)
+                cand = alloc & ~st.ghost & (fail_time > t) & (fail_u < p_fail)
                 if cand.any():
                     candidates.append(float(fail_time[cand].min()))
             t_next = min(candidates)
@@ -307,19 +314,20 @@ class Simulator:
                         st.shape[i] = -1
                         st.gpus[i] = ()
                         st.restore_left[i] = 0.0
-                    decide = True
+                        st.ghost[i] = False
+                    decide = decide or immediate
             st.restore_left[(st.restore_left > 0) & (st.restore_left <= _EPS * max(1.0, t))] = 0.0
             if failure_rate > 0:
                 p_fail = self._fail_prob(st, failure_rate)
-                hit = (st.shape >= 0) & (np.abs(fail_time - t) <= _EPS * max(1.0, t)) & (fail_u < p_fail)
+                hit = (st.shape >= 0) & ~st.ghost & (np.abs(fail_time - t) <= _EPS * max(1.0, t)) & (fail_u < p_fail)
                 if hit.any():
                     self._fail(st, np.flatnonzero(hit))
                     fail_time[hit] = np.inf
-                    decide = True
+                    decide = decide or immediate
             newly = ~st.arrived & (st.submit <= t + _EPS)
             if newly.any():
                 st.arrived |= newly
-                decide = True
+                decide = decide or immediate
             if t >= (k + 1) * round_s - _EPS:
                 decide = True
         end = t
@@ -387,20 +395,21 @@ class Simulator:
             return
         alloc = st.shape >= 0
         restoring = alloc & (st.restore_left > 0)
-        running = alloc & ~restoring
+        ghost = alloc & st.ghost
+        running = alloc & ~restoring & ~ghost
         waiting = st.arrived & ~st.done & ~alloc
         st.progress[running] += st.rate[running] * dt
         st.t_progress[running] += dt
         st.restore_left[restoring] -= dt
         st.t_ckpt[restoring] += dt
-        st.t_queue[restoring | waiting] += dt
+        st.t_queue[restoring | waiting | ghost] += dt
         g = self._gpu_count(st)
         st.gpu_s += g * dt
-        st.gpu_lost[restoring] += g[restoring] * dt
+        st.gpu_lost[restoring | ghost] += g[restoring | ghost] * dt
 
     def _update_rates(self, st: JobsState) -> None:
         st.rate[:] = 0.0
-        idx = np.flatnonzero((st.shape >= 0) & (st.restore_left <= 0))
+        idx = np.flatnonzero((st.shape >= 0) & (st.restore_left <= 0) & ~st.ghost)
         if len(idx):
             e = self.tables.epochs(idx, st.progress[idx])
             st.epoch[idx] = e
@@ -410,20 +419,24 @@ class Simulator:
     def _fail(self, st: JobsState, idx: np.ndarray) -> None:
         ph = self.physics
         for i in idx:
-            if ph.lost_work == "since-checkpoint":
-                last_ckpt = max(
-                    st.ckpt_tprog[i],
-                    math.floor(st.t_progress[i] / ph.checkpoint_interval_s) * ph.checkpoint_interval_s,
-                )
+            if ph.lost_work != "none":
+                last_ckpt = st.ckpt_tprog[i]  # the last (re)start: "since-restart"
+                if ph.lost_work == "since-checkpoint":
+                    periodic = math.floor(st.t_progress[i] / ph.checkpoint_interval_s) * ph.checkpoint_interval_s
+                    last_ckpt = max(last_ckpt, periodic)
                 lost_t = max(0.0, float(st.t_progress[i] - last_ckpt))
                 st.progress[i] = max(0.0, st.progress[i] - st.rate[i] * lost_t)
                 st.t_progress[i] -= lost_t
                 st.gpu_lost[i] += lost_t * self.shape_replicas[st.shape[i]]
                 st.ckpt_tprog[i] = st.t_progress[i]
             st.failures[i] += 1
-            st.restarts[i] += 1
-            st.restore_left[i] = self.restore_delay[i]
+            st.restarts[i] += ph.failure_restarts
             st.rate[i] = 0.0
+            if ph.failure_mode == "ghost":
+                st.ghost[i] = True  # holds its GPUs, does nothing, until its allocation changes
+                st.restore_left[i] = 0.0
+            else:
+                st.restore_left[i] = self.restore_delay[i]
 
     def snapshot(self, st: JobsState, t: float, active: np.ndarray, needs_node_goodput: bool = False) -> RoundSnapshot:
         """The policy's view of the active jobs at time t."""
@@ -433,6 +446,9 @@ class Simulator:
         shape_goodput = self.tables.goodput[rows]  # (J, S) raw goodput on every shape
         raw = shape_goodput[:, self.config_shape]
         valid = self.bounds[active] & (raw > 0)
+        max_gpus = self.max_gpus[active]
+        if self.physics.bootstrap or self.physics.exploration_cap:
+            valid, max_gpus = self._explorable(valid, st.max_run_gpus[active], max_gpus)
         row_min = np.where(valid, raw, np.inf).min(axis=1)
         good = np.where(valid, raw / np.where(np.isfinite(row_min), row_min, 1.0)[:, None], 0.0)
         rate = self.tables.rate[rows][:, self.config_shape] / self.calibration[active, None]
@@ -469,7 +485,7 @@ class Simulator:
             restart_penalty_s=frozen_array(self.penalty[active], np.float64),
             attained_gpu_s=frozen_array(st.gpu_s[active], np.float64),
             min_gpus=frozen_array(self.min_gpus[active], np.int64),
-            max_gpus=frozen_array(self.max_gpus[active], np.int64),
+            max_gpus=frozen_array(max_gpus, np.int64),
             requested_gpus=frozen_array(self.requested[active], np.int64),
             progress_rate=frozen_array(np.where(valid, rate, 0.0), np.float64),
             remaining_work=frozen_array(self.total[active] - st.progress[active], np.float64),
@@ -479,7 +495,27 @@ class Simulator:
             current_replicas=frozen_array(held, np.int64),
             node_goodput=None if node_goodput is None else frozen_array(node_goodput, np.float64),
             policy_state=st.policy_state,
+            kept=None if self.physics.restores_preemptible else self._kept(st, active, valid),
         )
+
+    def _explorable(self, valid: np.ndarray, ran: np.ndarray, max_gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What the artifact's rules let a job be offered: only its smallest configurations before it has run
+        (bootstrap), at most 2× the most GPUs it has run on after (exploration cap); (valid, max GPUs)."""
+        gpus = self.config_gpus[None, :]
+        fewest = np.where(valid, gpus, np.iinfo(np.int64).max).min(axis=1)
+        limit = np.full(len(ran), np.iinfo(np.int64).max)
+        if self.physics.bootstrap:
+            limit = np.where(ran == 0, fewest, limit)
+        if self.physics.exploration_cap:
+            limit = np.where(ran > 0, np.maximum(2 * ran, fewest), limit)
+        return valid & (gpus <= limit[:, None]), np.minimum(max_gpus, limit)
+
+    def _kept(self, st: JobsState, active: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """(J,) the configuration of each job inside a restore (when still valid), −1 for the others."""
+        cfg = st.config[active]
+        keep = (st.shape[active] >= 0) & (st.restore_left[active] > 0) & (cfg >= 0)
+        keep &= valid[np.arange(len(active)), np.maximum(cfg, 0)]
+        return np.where(keep, cfg, -1).astype(np.int64)
 
     def _decide(
         self,
@@ -509,6 +545,17 @@ class Simulator:
                     st.ckpt_tprog[i] = st.t_progress[i]
                 continue
             if new != st.shape[i] or placed[pos] != st.gpus[i]:
+                st.ghost[i] = False
+                st.max_run_gpus[i] = max(int(st.max_run_gpus[i]), int(self.shape_replicas[new]))
+                if (
+                    self.physics.restart_on == "shape"
+                    and st.shape[i] >= 0
+                    and self._per_node(st.gpus[i]) == self._per_node(placed[pos])
+                ):
+                    st.gpus[i] = placed[pos]  # same GPU type and GPUs per node: moved, not restarted
+                    st.shape[i] = new
+                    st.config[i] = self.shape_config[new]
+                    continue
                 if st.started[i]:
                     st.restarts[i] += 1
                 st.started[i] = True
@@ -519,6 +566,12 @@ class Simulator:
                 st.ckpt_tprog[i] = st.t_progress[i]  # a move checkpoints first: the restart resumes from here
                 if self.physics.queue_clock == "since-last-run":
                     st.t_queue[i] = 0.0
+
+    def _per_node(self, gpus: GpuSet) -> tuple[int, tuple[int, ...]]:
+        """A placement's per-node shape: its GPU type and its sorted GPU counts per node."""
+        nodes = self.gpu_node[list(gpus)]
+        counts = np.bincount(nodes)
+        return int(self.node_type[nodes[0]]), tuple(sorted(counts[counts > 0].tolist()))
 
     def plan(
         self, snap: RoundSnapshot, alloc: Allocation, name: str, st: JobsState, active: np.ndarray
@@ -536,16 +589,37 @@ class Simulator:
         choice = np.asarray(alloc.config, dtype=np.int64)
         if choice.shape != (len(active),):
             raise RuntimeError(f"policy {name!r} returned {choice.shape} choices for {len(active)} jobs")
+        if snap.kept is not None:
+            choice = self._hold_kept(snap, choice)
         chosen = np.flatnonzero(choice >= 0)
         if np.any(choice >= len(self.configs)) or not np.all(snap.valid[chosen, choice[chosen]]):
             raise RuntimeError(f"policy {name!r} chose an invalid configuration at t={t}")
-        if np.any(alloc.gpus_per_type(snap) > self.capacity):
+        used = np.zeros(len(self.capacity), dtype=np.int64)
+        np.add.at(used, self.config_type[choice[chosen]], self.config_gpus[choice[chosen]])
+        if np.any(used > self.capacity):
             raise RuntimeError(f"policy {name!r} exceeded GPU capacity at t={t}")
         new_cfgs = [self.configs[c] if c >= 0 else None for c in choice]
         old_cfgs = [self.configs[st.config[i]] if st.config[i] >= 0 else None for i in active]
         placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs)
         shapes = np.where(choice >= 0, self.config_shape[np.maximum(choice, 0)], -1)
         return shapes, placed
+
+    def _hold_kept(self, snap: RoundSnapshot, choice: np.ndarray) -> np.ndarray:
+        """The policy's choice with the world's kept configurations imposed; where that exceeds a capacity, the
+        other jobs whose configuration changed lose theirs, last job first, until it fits (a policy that honours
+        ``snap.kept`` is returned unchanged)."""
+        assert snap.kept is not None
+        out = np.where(snap.kept >= 0, snap.kept, choice)
+        if np.array_equal(out, choice):
+            return choice
+        for pos in reversed(np.flatnonzero((out >= 0) & (snap.kept < 0) & (out != snap.current)).tolist()):
+            used = np.zeros(len(self.capacity), dtype=np.int64)
+            on = out >= 0
+            np.add.at(used, self.config_type[out[on]], self.config_gpus[out[on]])
+            if np.all(used <= self.capacity):
+                break
+            out[pos] = -1
+        return out
 
     def _apply_replicas(
         self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: JobsState

@@ -1,0 +1,170 @@
+"""The Sia artifact's simulator rules (``--rules sia-artifact``, each also a ``PhysicsOptions`` field): every rule
+does what docs/model.md says, alone and together, and the default rules change nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from oak.errors import OakInputError
+from oak.policies import make_policy
+from oak.policies.sia import SiaPolicy
+from oak.sim import PhysicsOptions, Simulator
+from oak.sim.compare import RunSpec
+from oak.sim.physics import RULES, SIA_ARTIFACT_RULES, rules_of, with_rules
+from oak.sim.trace import TRACE_COLUMNS, run_traced
+from oak.workloads import load_workload
+from test_cli import oak
+
+ARTIFACT = with_rules(PhysicsOptions(), "sia-artifact")
+
+
+def _trace(policy: str, physics: PhysicsOptions, lam: float = 0.0, seed: int = 0, workload: str = "small"):
+    result, rows = run_traced(RunSpec(policy, workload, lam, seed, "paper-12", physics))
+    return result, pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
+
+
+def test_rule_sets_name_their_options() -> None:
+    assert RULES == ("default", "sia-artifact")
+    assert with_rules(PhysicsOptions(), "default") == PhysicsOptions()
+    assert PhysicsOptions().non_default() == {}
+    assert ARTIFACT.non_default() == SIA_ARTIFACT_RULES
+    assert rules_of(ARTIFACT) == "sia-artifact" and rules_of(PhysicsOptions(bootstrap=True)) == "default"
+    with pytest.raises(OakInputError, match="--rules 'sia'"):
+        with_rules(PhysicsOptions(), "sia")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("restart_on", "never"), ("failure_mode", "zombie"), ("failure_restarts", 3), ("bootstrap", "yes"),
+     ("lost_work", "all")],
+)  # fmt: skip
+def test_bad_rule_values_are_input_errors(field: str, value: object) -> None:
+    with pytest.raises(OakInputError, match=field):
+        PhysicsOptions(**{field: value})
+
+
+@pytest.mark.parametrize("policy", ["sia-paper", "oak-paper", "pollux"])
+def test_bootstrap_and_exploration_cap(policy: str) -> None:
+    """A job starts on 1 GPU and grows at most one doubling per reallocation (all small's jobs may take 1 GPU)."""
+    physics = PhysicsOptions(bootstrap=True, exploration_cap=True)
+    _, tr = _trace(policy, physics)
+    for _, job in tr.groupby("job"):
+        held = job["gpus"].to_numpy()
+        ran = np.maximum.accumulate(np.concatenate([[0], held]))[:-1]  # most GPUs held before each round
+        assert np.all(held[ran == 0] <= 1)
+        assert np.all(held[ran > 0] <= 2 * ran[ran > 0])
+
+
+def test_without_the_cap_jobs_jump() -> None:
+    """The test above can fail: under the default rules some job goes from nothing to more than 2 GPUs."""
+    _, tr = _trace("sia-paper", PhysicsOptions())
+    first = tr[tr["gpus"] > 0].groupby("job")["gpus"].first()
+    assert (first > 2).any()
+
+
+def test_fixed_steps_decide_only_on_the_grid() -> None:
+    _, free = _trace("oak-paper", PhysicsOptions(), lam=0.1)
+    assert (free["time_s"] % 60.0 != 0).any()  # arrivals, completions and failures re-decide at once by default
+    _, fixed = _trace("oak-paper", PhysicsOptions(fixed_steps=True), lam=0.1)
+    assert np.all(fixed["time_s"] % 60.0 == 0)
+
+
+@pytest.mark.parametrize("policy", ["oak-paper", "goodput", "gavel", "drf"])
+def test_restores_are_not_preempted(policy: str) -> None:
+    """Policies that honour ``kept`` (the round programs) and those the simulator holds to it (gavel, drf)."""
+    physics = PhysicsOptions(restores_preemptible=False)
+    _, tr = _trace(policy, physics, lam=0.2, seed=3, workload="medium")
+    restoring = tr[tr["restoring"]]
+    assert len(restoring) > 0
+    assert np.all(restoring["gpus"] == restoring["gpus_before"])
+
+
+def test_failure_restarts_add_that_many() -> None:
+    sim = load_workload("small")
+    counts = {}
+    for k in (0, 1, 2):
+        res = Simulator(sim, physics=PhysicsOptions(failure_restarts=k)).run(make_policy("sia"), 0.1, 2)
+        counts[k] = res
+        for j in res.jobs:
+            assert j.restarts >= k * j.failures
+    assert sum(j.failures for j in counts[1].jobs) > 0
+    assert all(j.restarts == j.failures + (j.restarts - j.failures) for j in counts[1].jobs)
+
+
+def test_restarts_on_shape_count_no_more_than_any_move() -> None:
+    """Shape-only counting can only remove restarts of the same decisions: on a run where the policy ignores
+    restart counts (goodput: r = 1), the decisions match and every job's count is at most the default's."""
+    wl = load_workload("medium")
+    move = Simulator(wl).run(make_policy("goodput"), 0.0, 0)
+    shape = Simulator(wl, physics=PhysicsOptions(restart_on="shape")).run(make_policy("goodput"), 0.0, 0)
+    assert sum(j.restarts for j in shape.jobs) <= sum(j.restarts for j in move.jobs)
+
+
+def test_per_node_shape_ignores_which_nodes() -> None:
+    sim = Simulator(load_workload("small"))  # paper-12: 3 nodes of 4 GPUs, ids 0-3, 4-7, 8-11
+    assert sim._per_node((0, 1)) == sim._per_node((6, 7))
+    assert sim._per_node((0, 1, 4, 5)) == sim._per_node((8, 9, 2, 3))
+    assert sim._per_node((0, 1, 4, 5)) != sim._per_node((0, 1, 2, 4))
+
+
+def test_lost_work_since_restart_rolls_back_to_the_last_start() -> None:
+    """With failures rolling back to the last (re)start, productive time after a failure equals what it was when
+    the job last (re)started; jobs still finish (each restart is a new base)."""
+    _, tr = _trace("sia", PhysicsOptions(lost_work="since-restart"), lam=0.05, seed=1)
+    assert (tr.groupby("job")["failures"].max() > 0).any()
+    none, _ = _trace("sia", PhysicsOptions(), lam=0.05, seed=1)
+    lost, _ = _trace("sia", PhysicsOptions(lost_work="since-restart"), lam=0.05, seed=1)
+    assert sum(j.gpu_s_lost for j in lost.jobs) > sum(j.gpu_s_lost for j in none.jobs)
+
+
+def test_ghost_failures_hold_gpus_without_progress() -> None:
+    physics = PhysicsOptions(failure_mode="ghost", horizon_s=2e5)
+    res, tr = _trace("sia", physics, lam=0.05, seed=0)
+    failed = tr[tr["failures"] > 0]
+    assert len(failed) > 0
+    for _, job in failed.groupby("job"):
+        # between a failure and the next change of GPUs, remaining work does not move
+        frozen = job[(job["gpus"] == job["gpus_before"]) & (job["gpus"] > 0)]
+        steps = frozen["remaining_fraction"].diff().dropna()
+        assert (steps == 0).any()
+    assert res.end_time_s <= 2e5 + 60
+
+
+def test_sia_paper_is_sias_policy_at_positive_p_with_a_penalty() -> None:
+    pol = make_policy("sia-paper")
+    assert isinstance(pol, SiaPolicy) and pol.p == 0.5 and pol.lambda_n == -1.1 and pol.name == "sia-paper"
+
+
+def test_the_reward_reading_cannot_start_a_job_under_the_bootstrap() -> None:
+    """The reference's consequence: offered only 1 GPU (G = 1, U = 1), ``goodput`` with μ_na = +1.1 (a reward for
+    idling) leaves every job waiting; Sia's penalty reading (``sia-paper``) runs them all."""
+    physics = dataclasses.replace(ARTIFACT, horizon_s=5e4)
+    wl = load_workload("small")
+    idle = Simulator(wl, physics=physics).run(make_policy("goodput"), 0.0, 0)
+    assert all(j.jct_s is None for j in idle.jobs)
+    ran = Simulator(wl, physics=dataclasses.replace(ARTIFACT, horizon_s=3e6)).run(make_policy("sia-paper"), 0.0, 0)
+    assert all(j.jct_s is not None for j in ran.jobs)
+
+
+def test_cli_rules_and_job_trace(tmp_path: Path) -> None:
+    out = tmp_path / "trace.parquet"
+    png = tmp_path / "trace.png"
+    res = oak("simulate", "--workload", "small", "--policy", "sia-paper", "--rules", "sia-artifact",
+              "--failure-rate", "0.05", "--trace-jobs", str(out), "--trace-plot", str(png))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    tr = pd.read_parquet(out)
+    assert list(tr.columns) == list(TRACE_COLUMNS) and len(tr) > 0
+    assert np.all(tr["time_s"] % 60.0 == 0)
+    for args, msg in (
+        (("--rules", "sia"), "--rules 'sia'"),
+        (("--failure-restarts", "3"), "failure_restarts"),
+        (("--failure-mode", "zombie"), "failure_mode"),
+    ):
+        bad = oak("simulate", "--workload", "small", *args)
+        assert bad.returncode == 2 and msg in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

@@ -98,5 +98,11 @@ def test_reproduce_under_both_rule_sets_compares_the_claims(tmp_path: Path) -> N
     for rules in ("default", "sia-artifact"):
         for reading in ("goodput", "sia-paper"):
             assert f"{rules} rules, “Sia” = {reading}" in header()
+    both = _reproduce("table2,table3-ablation", "--quick", "--failure-restarts", "2", "--out", out)
+    assert both.returncode == 0, both.stderr[-3000:]
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert EXPERIMENTS["table2"].title in report and EXPERIMENTS["table3-ablation"].title in report
+    unknown = _reproduce("table2,table9", "--out", out)
+    assert unknown.returncode == 2 and "experiment 'table9' is unknown" in " ".join(unknown.stderr.split())
     bad = _reproduce("table2", "--rules", "sia", "--out", out)
     assert bad.returncode == 2 and "--rules 'sia'" in bad.stderr and "Traceback" not in bad.stderr

@@ -13,7 +13,9 @@ from oak.cli.main import _fail, app, console, progress_bar
 
 @app.command()
 def reproduce(
-    experiment: Annotated[str, typer.Argument(help="An experiment name (see --list) or 'all'.")] = "all",
+    experiment: Annotated[
+        str, typer.Argument(help="An experiment name (see --list), several joined by commas, or 'all'.")
+    ] = "all",
     out: Annotated[Path, typer.Option(help="Output folder: results store, report.md, report.html, figures.")] = Path(
         "results/oak"
     ),
@@ -64,7 +66,7 @@ def reproduce(
         _fail(f"--seeds {seeds}: expected a positive integer")
     if workers is not None and workers < 1:
         _fail(f"--workers {workers}: expected a positive integer")
-    names = list(PAPER_EXPERIMENTS) if experiment == "all" else [experiment]
+    names = list(PAPER_EXPERIMENTS) if experiment == "all" else [x.strip() for x in experiment.split(",") if x.strip()]
     for n in names:
         if n not in EXPERIMENTS:
             _fail(f"experiment {n!r} is unknown; expected 'all' or one of {', '.join(EXPERIMENTS)}")

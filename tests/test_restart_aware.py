@@ -212,3 +212,24 @@ def test_the_waiting_guard_bounds_every_wait(lam: float, seed: int) -> None:
     assert off["big"] > 3 * bound  # the stream starves it: the scenario tests something
     on = _longest_waits(sim, RestartAwareOakPolicy(max_wait_s=max_wait, guard_run_s=guard_run), lam, seed)
     assert max(on.values()) <= bound, sorted(on.items(), key=lambda kv: -kv[1])[:3]
+
+
+def test_a_displaced_job_takes_idle_gpus_rather_than_wait() -> None:
+    """A running job whose restore would outlast its remaining run (s = 0 on every move) and that loses its
+    configuration to a far more valuable job still takes the GPUs left idle: a move is worth more than idling."""
+    snap = _held_snapshot(5, PAPER_12, jobs=2)
+    gpus = snap.config_gpus
+    valid = np.array([(gpus == 8) | (gpus == 4), gpus == 8])  # job 0 on 8 GPUs or 4; job 1 only on 8
+    good = np.where(valid, np.array([[1.0], [50.0]]), 0.0)  # job 1 is worth 50x per configuration
+    snap = dataclasses.replace(
+        snap,
+        valid=frozen_array(valid, bool),
+        goodput=frozen_array(good, np.float64),
+        progress_rate=frozen_array(np.where(valid, 1.0, 0.0), np.float64),
+        current=frozen_array([int(np.flatnonzero(gpus == 8)[0]), -1], np.int64),
+        remaining_work=frozen_array([1e-9, 1e4], np.float64),
+    )
+    assert switching_factor(snap)[0, gpus == 4] == 0.0
+    alloc = RestartAwareOakPolicy(max_wait_s=math.inf).decide(snap)
+    assert snap.config_gpus[alloc.config[1]] == 8  # the valuable job displaces it
+    assert alloc.config[0] >= 0 and snap.config_gpus[alloc.config[0]] == 4  # and it moves rather than idles

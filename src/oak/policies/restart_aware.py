@@ -52,6 +52,10 @@ from oak.model.snapshot import (
 from oak.scoring.utility import age_key, restart_factor_decomposed
 from oak.solve import AssignmentProblem, solve_assignment
 
+#: The least value of any valid allocation: above idling (0), below every allocation that is not a move (U − θ
+#: ≥ 1 − θ). Only moves with (G·r·s)^p < θ + MIN_MOVE_VALUE are raised to it.
+MIN_MOVE_VALUE = 1e-3
+
 
 def switching_factor(snap: RoundSnapshot) -> FloatArray:
     """(J, C) s_ij = max(1 − D_i / H_ij, 0): the part of job i's remaining run in configuration j left after a
@@ -170,7 +174,9 @@ class RestartAwareOakPolicy:
         return np.where(snap.valid, u, 0.0)
 
     def decide(self, snap: RoundSnapshot) -> Allocation:
-        value = np.where(snap.valid, self.utility(snap) - self.theta, 0.0)
+        # a move is never worth less than idling (MIN_MOVE_VALUE): a job displaced from its configuration takes
+        # GPUs it fits rather than wait beside them, however little of its run a restore leaves (s → 0)
+        value = np.where(snap.valid, np.maximum(self.utility(snap) - self.theta, MIN_MOVE_VALUE), 0.0)
         kept = forced_configs(snap, kept_while_restoring(snap) if self.keep_restoring else None)
         forced = kept if kept is not None else np.full(snap.num_jobs, -1, dtype=np.int64)
         ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None

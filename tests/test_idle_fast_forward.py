@@ -123,10 +123,12 @@ def test_reads_clock_declarations() -> None:
     assert not reads_clock(make_policy("goodput"))
     assert not reads_clock(make_policy("oak-no-age", restart_factor="off"))
     assert reads_clock(make_policy("oak-no-age", restart_factor="aggregate"))  # reads age_s
+    assert reads_clock(make_policy("oak-no-age", restart_factor="sia"))  # reads age_s
     for name in (
         "oak-paper",
         "oak-no-restart",
         "oak-aggregate",
+        "oak-sia-factor",
         "sia",
         "sia-paper",
         "pollux",

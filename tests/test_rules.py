@@ -168,3 +168,28 @@ def test_cli_rules_and_job_trace(tmp_path: Path) -> None:
     ):
         bad = oak("simulate", "--workload", "small", *args)
         assert bad.returncode == 2 and msg in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_sia_factor_ablation_scales_only_moves() -> None:
+    """``oak-sia-factor`` (Table III cell (b) under the ``sia-paper`` reading): Sia's factor multiplies every
+    configuration but the current one; the current one keeps OAK's U = G^p·K."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from oak.scoring import utility_matrix
+    from oak.scoring.utility import RestartFactor, sia_move_factor
+    from test_hybrid import PAPER_12, random_snapshot
+
+    snap = random_snapshot(np.random.default_rng(7), PAPER_12, 6)
+    snap = dataclasses.replace(snap, restarts=np.full(6, 150), age_s=np.full(6, 5000.0))  # r ≈ 0.1
+    pol = make_policy("oak-sia-factor")
+    assert pol.params.restart_factor is RestartFactor.SIA
+    m = sia_move_factor(snap)
+    held = np.flatnonzero(snap.current >= 0)
+    assert np.all(m[held, snap.current[held]] == 1.0) and np.all(m < 1.0 + 1e-12)
+    assert np.any(m < 0.5)
+    off = utility_matrix(snap, make_policy("oak-no-restart").params)  # same age key, r = 1
+    u = utility_matrix(snap, pol.params)
+    rows = held[snap.valid[held, snap.current[held]]]
+    assert np.allclose(u[rows, snap.current[rows]], off[rows, snap.current[rows]])
+    assert np.all(u <= off + 1e-12)

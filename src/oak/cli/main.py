@@ -94,7 +94,15 @@ def _physics(
 
 
 #: Policies with the paper's utility parameters (p, α, K_max, μ_na); the product's ``oak`` takes p only.
-PAPER_FAMILY = ("oak-paper", "goodput", "oak-no-age", "oak-no-restart", "oak-aggregate", "hybrid-oak")
+PAPER_FAMILY = (
+    "oak-paper",
+    "goodput",
+    "oak-no-age",
+    "oak-no-restart",
+    "oak-aggregate",
+    "oak-sia-factor",
+    "hybrid-oak",
+)
 OAK_FAMILY = ("oak", *PAPER_FAMILY)
 GA_POLICIES = ("pollux", "hybrid-oak")
 

@@ -38,6 +38,7 @@ POLICY_DESCRIPTIONS: dict[str, str] = {
     "goodput": "the paper's 'Sia' cell (a): OAK's MILP with r = 1 and K = 1 (goodput only, p = 0.5)",
     "oak-no-age": "ablation (c) of oak-paper: without the age key (K = 1)",
     "oak-no-restart": "ablation (b) of oak-paper: without the restart factor (r = 1)",
+    "oak-sia-factor": "ablation (b) read with Sia's factor: oak-paper with Sia's reallocation factor on moves, not r",
     "oak-aggregate": "§V-D: oak-paper with the aggregate factor max(A − n·P, 0)/(A + P) instead of the decomposed one",
     "sia": "faithful Sia (reference §5): p = −0.5, λ_n = 1.1, realloc factor on changed configurations",
     "sia-paper": "the paper's 'Sia' as the Sia artifact runs it: Sia's policy at p = +0.5, λ_n = −1.1 (a penalty)",
@@ -92,6 +93,7 @@ def make_policy(name: str, **overrides: Any) -> Policy:
         "oak-no-age": {"age_key": False},
         "oak-no-restart": {"restart_factor": RestartFactor.OFF},
         "oak-aggregate": {"restart_factor": RestartFactor.AGGREGATE},
+        "oak-sia-factor": {"restart_factor": RestartFactor.SIA},
     }
     if name not in presets:
         raise OakInputError(f"policy {name!r} is unknown; expected one of {', '.join(policy_names())}")

@@ -28,7 +28,7 @@ class OakPolicy:
         aggregate restart factor ``age_s``. Without both, ``decide`` reads only clock-free fields (goodput, valid,
         t_progress_s, t_ckpt_s, restart_penalty_s and the capacity arrays; never ``current`` or ``policy_state``)
         and the solvers are deterministic, with no time limit."""
-        return self.params.age_key or self.params.restart_factor is RestartFactor.AGGREGATE
+        return self.params.age_key or self.params.restart_factor in (RestartFactor.AGGREGATE, RestartFactor.SIA)
 
     @classmethod
     def with_params(cls, name: str = "oak-paper", solver: str = "auto", **kwargs: Any) -> OakPolicy:

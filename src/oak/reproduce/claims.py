@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from oak.reproduce import paper
-from oak.reproduce.experiments import ABLATION_CELL_A_SIA_PAPER, EXPERIMENTS, SeedPlan
+from oak.reproduce.experiments import ABLATION_CELL_A_SIA_PAPER, ABLATION_CELL_B_SIA_PAPER, EXPERIMENTS, SeedPlan
 from oak.reproduce.report import (
     DASH,
     PAPER_TEXT_FIG4_DELTA,
@@ -288,9 +288,10 @@ def _vd3(res: Results) -> tuple[str, list[Part]]:
 def _ablation(res: Results, metric: str = "mean_jct_s") -> dict[str, float]:
     cells = res.cells("table3-ablation", metric)
     out = {}
-    cell_a = ABLATION_CELL_A_SIA_PAPER[0] if res.paper_sia == ABLATION_CELL_A_SIA_PAPER[1] else "(a) Sia"
+    sia_reading = res.paper_sia == ABLATION_CELL_A_SIA_PAPER[1]
+    cell = {"(a) Sia": ABLATION_CELL_A_SIA_PAPER[0], "(b) +Age": ABLATION_CELL_B_SIA_PAPER[0]} if sia_reading else {}
     for label in ("(a) Sia", "(b) +Age", "(c) +Restart", "(d) Full OAK"):
-        row = pick(cells, workload="medium", failure_rate=0.1, cell=cell_a if label == "(a) Sia" else label)
+        row = pick(cells, workload="medium", failure_rate=0.1, cell=cell.get(label, label))
         out[label] = math.nan if row is None else float(row["mean"])
         out[label + " σ"] = math.nan if row is None or int(row["n"]) < 2 else float(row["sd"])
     return out

@@ -21,8 +21,10 @@ ALL_POLICIES = ("oak-paper", "goodput", "sia-paper", "sia", "pollux", "hybrid-oa
 #: The two readings of the paper's "Sia" baseline: OAK's program with r = K = 1 and μ_na a reward (``goodput``),
 #: or Sia's own policy at p = +0.5 with an unallocated penalty, as the Sia artifact runs it (``sia-paper``).
 PAPER_SIA_READINGS = ("goodput", "sia-paper")
-#: Table III's cell (a) under the ``sia-paper`` reading.
+#: Table III's cells (a) and (b) under the ``sia-paper`` reading: Sia's policy, and OAK's program with the age key
+#: and Sia's reallocation factor in place of OAK's (the paper's "restart factor off" read as "Sia's factor kept").
 ABLATION_CELL_A_SIA_PAPER = ("(a) Sia [sia-paper]", "sia-paper")
+ABLATION_CELL_B_SIA_PAPER = ("(b) +Age [Sia's factor]", "oak-sia-factor")
 ABLATION_CELLS = (
     ("(a) Sia", "goodput"),
     ("(b) +Age", "oak-no-restart"),
@@ -146,7 +148,7 @@ def table3_ablation(plan: SeedPlan) -> list[Cell]:
         _cell(plan, 10, pol, wl, lam, {"cell": label})
         for lam in (0.05, 0.1)
         for wl in wls
-        for label, pol in (*ABLATION_CELLS, ABLATION_CELL_A_SIA_PAPER)
+        for label, pol in (*ABLATION_CELLS, ABLATION_CELL_A_SIA_PAPER, ABLATION_CELL_B_SIA_PAPER)
     ]
 
 

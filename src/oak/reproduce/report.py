@@ -78,6 +78,7 @@ POLICY_NAMES = {
     "gavel": "Gavel",
     "drf": "DRF",
     "oak-no-restart": "OAK without restart factor",
+    "oak-sia-factor": "OAK with Sia's factor",
     "oak-no-age": "OAK without age key",
     "oak-aggregate": "OAK, aggregate factor",
 }

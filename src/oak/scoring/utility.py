@@ -20,6 +20,7 @@ class RestartFactor(StrEnum):
     DECOMPOSED = "decomposed"  # OAK: T_progress / (T_progress + T_ckpt + P)
     AGGREGATE = "aggregate"  # Pollux/Sia-style: max(A − n·P, 0) / (A + P)
     OFF = "off"  # r = 1
+    SIA = "sia"  # Sia's max(T − n·S, 0) / (T + S), S per application, on every configuration but the current one
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,24 @@ def utility_matrix(snap: RoundSnapshot, params: UtilityParams) -> FloatArray:
         r = restart_factor_decomposed(snap.t_progress_s, snap.t_ckpt_s, penalty)
     elif params.restart_factor is RestartFactor.AGGREGATE:
         r = restart_factor_aggregate(snap.age_s, snap.restarts, penalty)
+    elif params.restart_factor is RestartFactor.SIA:
+        k = age_key(snap.t_queue_s, params.alpha, params.k_max) if params.age_key else np.ones(snap.num_jobs)
+        return np.where(snap.valid, np.power(snap.goodput * sia_move_factor(snap), params.p) * k[:, None], 0.0)
     else:
         r = np.ones(snap.num_jobs)
     k = age_key(snap.t_queue_s, params.alpha, params.k_max) if params.age_key else np.ones(snap.num_jobs)
     u = composite_utility(snap.goodput, r, k, params.p)
     return np.where(snap.valid, u, 0.0)
+
+
+def sia_move_factor(snap: RoundSnapshot) -> FloatArray:
+    """(J, C) Sia's reallocation factor (``oak.policies.sia``) on every configuration but the job's current one
+    (1 there), as Sia applies it: a job whose factor fell can keep what it holds but hardly move."""
+    from oak.policies.sia import SIA_DEFAULT_RESTART_COST_S, SIA_RESTART_COST_S, sia_restart_factor
+
+    cost = np.array([SIA_RESTART_COST_S.get(a, SIA_DEFAULT_RESTART_COST_S) for a in snap.applications])
+    r = sia_restart_factor(snap.age_s, snap.restarts.astype(np.float64), cost)
+    m = np.repeat(r[:, None], snap.num_configs, axis=1)
+    held = np.flatnonzero(snap.current >= 0)
+    m[held, snap.current[held]] = 1.0
+    return m

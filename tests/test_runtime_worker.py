@@ -652,3 +652,37 @@ def test_start_worker_rejects_bad_allocations(tmp_path: Path) -> None:
     with pytest.raises(OakInputError, match="duplicate"):
         launch.start_worker(tmp_path, spec, world_size=2, devices=[1, 1])
     assert not any(tmp_path.iterdir())
+
+
+def test_physical_gpus_follow_the_schedulers_mask() -> None:
+    """GPU indices counted under the scheduler's CUDA_VISIBLE_DEVICES are handed to ranks as that mask's entries
+    (ids, UUIDs, MIG names), not as the machine's first GPUs."""
+    assert launch.physical_gpus([0, 1], {}) == ["0", "1"]
+    assert launch.physical_gpus([0, 1], {"CUDA_VISIBLE_DEVICES": "2,3"}) == ["2", "3"]
+    assert launch.physical_gpus([1], {"CUDA_VISIBLE_DEVICES": "GPU-aa, GPU-bb"}) == ["GPU-bb"]
+    mig = "MIG-4f0c6e8a-1b2c-5d3e-9f00-123456789abc"
+    assert launch.physical_gpus([0], {"CUDA_VISIBLE_DEVICES": mig}) == [mig]
+    with pytest.raises(OakInputError, match=r"GPU index 2 is outside CUDA_VISIBLE_DEVICES='2,3' \(2 GPU"):
+        launch.physical_gpus([0, 2], {"CUDA_VISIBLE_DEVICES": "2,3"})
+    with pytest.raises(OakInputError, match="0 GPU"):
+        launch.physical_gpus([0], {"CUDA_VISIBLE_DEVICES": ""})
+
+
+def test_gpu_ranks_see_the_masked_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """start_worker's GPU ranks get the scheduler's mask entries: under CUDA_VISIBLE_DEVICES=5,7 the allocation
+    [1, 0] runs on physical GPUs 7 and 5 (a stand-in interpreter records each rank's environment)."""
+    fake = tmp_path / "fakepy"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import os, sys\n"
+        "a = sys.argv\n"
+        "job, rank = a[a.index('--job-dir') + 1], a[a.index('--rank') + 1]\n"
+        "open(os.path.join(job, 'env' + rank), 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    spec = launch.WorkerSpec("tiny", target_steps=5, batch_size=8, ckpt_every=5)
+    job = tmp_path / "job"
+    handle = launch.start_worker(job, spec, world_size=2, devices=[1, 0], device_kind="gpu", python=str(fake))
+    assert handle.wait(60) == 0
+    assert [(job / f"env{r}").read_text() for r in (0, 1)] == ["7,5", "7,5"]

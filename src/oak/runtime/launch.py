@@ -193,6 +193,23 @@ def spawn_rank(
         os.close(fd)
 
 
+def physical_gpus(ids: Sequence[int], environ: Mapping[str, str]) -> list[str]:
+    """The scheduler's GPU indices ``ids`` (0..N−1, counted under its own CUDA_VISIBLE_DEVICES) as the entries of
+    that mask — device ids, GPU UUIDs or MIG names, passed through as written — or as themselves when it is unset.
+    A rank's CUDA_VISIBLE_DEVICES must name the GPU the scheduler counted, not the i-th GPU of the machine."""
+    mask = environ.get("CUDA_VISIBLE_DEVICES")
+    if mask is None:
+        return [str(i) for i in ids]
+    visible = [t.strip() for t in mask.split(",") if t.strip()]
+    outside = [i for i in ids if not 0 <= i < len(visible)]
+    if outside:
+        raise OakInputError(
+            f"GPU index {outside[0]} is outside CUDA_VISIBLE_DEVICES={mask!r} ({len(visible)} GPU(s) visible); "
+            "run with at most that many --gpus"
+        )
+    return [visible[i] for i in ids]
+
+
 def start_worker(
     job_dir: str | Path,
     spec: WorkerSpec,
@@ -210,8 +227,8 @@ def start_worker(
 
     ``devices``: the allocation. ``device_kind="cpu"``: CPU slot ids (≥ ``world_size``), split into contiguous
     equal shares; each rank runs ``len(share)`` torch threads (OMP_NUM_THREADS) and, with ``pin_cpus``, is pinned
-    to those CPU ids. ``device_kind="gpu"``: exactly one GPU index per rank; CUDA_VISIBLE_DEVICES lists them
-    and rank r uses the r-th. ``master_port``: rendezvous port on ``master_addr`` (default: a free one, W > 1 only).
+    to those CPU ids. ``device_kind="gpu"``: exactly one GPU index per rank; each rank's CUDA_VISIBLE_DEVICES lists
+    them, mapped through the scheduler's own mask (``physical_gpus``), and rank r uses the r-th. ``master_port``: rendezvous port on ``master_addr`` (default: a free one, W > 1 only).
     ``env``: extra environment variables for the ranks.
     """
     job = Path(job_dir)
@@ -241,7 +258,7 @@ def start_worker(
             argv += ["--master-addr", master_addr, "--master-port", str(port)]
             renv = dict(base_env)
             if device_kind == "gpu":
-                renv["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in ids)
+                renv["CUDA_VISIBLE_DEVICES"] = ",".join(physical_gpus(ids, os.environ))
                 renv["OMP_NUM_THREADS"] = "1"
                 argv += ["--device", "cuda", "--local-rank", str(rank), "--threads", "1"]
             else:

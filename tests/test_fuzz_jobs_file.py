@@ -354,3 +354,18 @@ def test_error_message_with_markup_characters_exits_2(
 def test_runtime_options_reject_bad_values(bad: dict[str, Any]) -> None:
     with pytest.raises(OakInputError):
         RuntimeOptions(**{"devices": 1, **bad})
+
+
+def test_data_folder_is_checked_when_the_file_is_loaded(tmp_path: Path) -> None:
+    """A ``data:`` folder that does not exist, or holds no CIFAR-10 batches, is an input error naming the file,
+    line and field at load — not a worker that exits 2 and is relaunched round after round."""
+    missing = tmp_path / "nowhere"
+    text = f"jobs:\n  - name: a\n    model: tiny\n    target_steps: 5\n    data: {missing}\n"
+    with pytest.raises(OakInputError, match=r"jobs\.yaml:5: jobs\[0\]\.data=.*no such directory"):
+        parse_jobs(text, "jobs.yaml")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(OakInputError, match="no data_batch_"):
+        parse_jobs(text.replace(str(missing), str(empty)), "jobs.yaml")
+    (empty / "data_batch_1").write_bytes(b"")
+    assert parse_jobs(text.replace(str(missing), str(empty)), "jobs.yaml").jobs[0].data == str(empty)

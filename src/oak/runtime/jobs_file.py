@@ -166,6 +166,19 @@ def parse_jobs(text: str, source: str, known_apps: tuple[str, ...] | None = None
     return JobsFile(path=source, jobs=tuple(sorted(jobs, key=lambda j: (j.submit_s, j.name))))
 
 
+def _cifar_folder_problem(data: str) -> str:
+    """What is wrong with ``data`` as a CIFAR-10 batches folder ("" when nothing is)."""
+    try:
+        folder = Path(data).expanduser()
+        if not folder.is_dir():
+            return "no such directory"
+        if not any(p.name.startswith("data_batch_") for p in folder.iterdir()):
+            return "no data_batch_* files in it"
+    except (OSError, ValueError, RuntimeError) as exc:  # embedded NUL, unknown ~user, unreadable folder
+        return f"not a usable path ({exc})"
+    return ""
+
+
 def _job(
     entry: dict[str, Any], defaults: dict[str, Any], source: str, k: int, known_apps: tuple[str, ...] | None
 ) -> RuntimeJob:
@@ -241,6 +254,10 @@ def _job(
     data = get("data", None)
     if data is not None and not isinstance(data, str):
         raise OakInputError(f"{where('data')}={_show(data)}: expected a directory path")
+    if data is not None:  # checked here, once, rather than by every incarnation of the job's ranks
+        problem = _cifar_folder_problem(data)
+        if problem:
+            raise OakInputError(f"{where('data')}={_show(data)}: {problem} (expected the cifar-10-batches-py folder)")
     min_step = number("min_step_s", 0.0, 0.0, maximum=MAX_MIN_STEP_S)
     return RuntimeJob(
         name=name,

@@ -271,8 +271,9 @@ def simulate(
             write_rows_parquet(trace_jobs, rows, TRACE_COLUMNS)
             console.print(f"wrote {len(rows):,} job-rounds to {trace_jobs}")
         if trace_plot is not None:
-            rules = "sia-artifact rules" if physics.non_default().get("fixed_steps") else "default rules"
-            title = f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}, {rules}"
+            from oak.sim.physics import rules_of
+
+            title = f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}, {rules_of(physics)} rules"
             write_bytes_atomic(trace_plot, plot_trace(rows, title))
             console.print(f"wrote {trace_plot}")
     else:

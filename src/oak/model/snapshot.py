@@ -116,12 +116,17 @@ class Allocation:
         return used
 
 
+def kept_current(snap: RoundSnapshot, which: BoolArray) -> IntArray:
+    """(J,) the current configuration of each job in ``which`` that holds one still valid, −1 for the others."""
+    keep = np.where(which & (snap.current >= 0), snap.current, -1)
+    still_valid = snap.valid[np.arange(snap.num_jobs), np.maximum(keep, 0)]
+    return np.where((keep >= 0) & still_valid, keep, -1).astype(np.int64)
+
+
 def kept_while_restoring(snap: RoundSnapshot) -> IntArray:
     """(J,) the configuration each job inside its restore delay keeps (its current one, when still valid), −1 for
     the others: the ``forced`` argument of policies that let restores finish (Sia, the product's OAK)."""
-    keep = np.where(snap.restoring & (snap.current >= 0), snap.current, -1)
-    still_valid = snap.valid[np.arange(snap.num_jobs), np.maximum(keep, 0)]
-    return np.where((keep >= 0) & still_valid, keep, -1).astype(np.int64)
+    return kept_current(snap, snap.restoring)
 
 
 def forced_configs(snap: RoundSnapshot, *others: IntArray | None) -> IntArray | None:

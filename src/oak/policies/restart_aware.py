@@ -13,8 +13,9 @@ with three departures from the literal reading, each measured (docs/model.md, "T
   restore time D_i = T_ckpt / starts (P_restart before the first measurement). The paper's r multiplies every
   configuration of a job alike, so it lowers priority but never makes staying cheaper than moving.
 * **Idling is never rewarded.** An allocation is worth U − θ with 0 ≤ θ < 1, and leaving a job out is worth 0:
-  every valid configuration (U ≥ 1 at r = K = 1) beats idling, while θ > 0 lets the solver prefer one job on
-  more GPUs to several on the minimum. The paper's μ_na = 1.1 > 1 *earns* 1.1 for leaving a job out, so a job
+  every valid configuration (U ≥ 1 at r = K = 1) beats idling, and a move, whose U falls towards 0 when a restore
+  would outlast the job's remaining run, is floored at MIN_MOVE_VALUE > 0; θ > 0 lets the solver prefer one job
+  on more GPUs to several on the minimum. The paper's μ_na = 1.1 > 1 *earns* 1.1 for leaving a job out, so a job
   whose U drops below 1.1 is preempted until its age key lifts it back: a thrash loop.
 * **A restore is not interrupted**: a job inside its restore delay keeps its configuration (as Sia does).
 * **Waiting is bounded** (the waiting guard): a job that has waited ``max_wait_s`` at a stretch (since it arrived
@@ -47,6 +48,7 @@ from oak.model.snapshot import (
     IntArray,
     RoundSnapshot,
     forced_configs,
+    kept_current,
     kept_while_restoring,
 )
 from oak.scoring.utility import age_key, restart_factor_decomposed
@@ -182,12 +184,9 @@ class RestartAwareOakPolicy:
         ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None
         starving = np.zeros(snap.num_jobs, dtype=bool)
         if self.guards_waiting:
-            if ledger is not None:
+            if ledger is not None:  # jobs the guard admitted keep their configuration while protected
                 until = np.array([ledger.protected_until_s.get(n, -math.inf) for n in snap.job_names])
-                rows = np.arange(snap.num_jobs)
-                protect = (snap.current >= 0) & (until > snap.time_s)
-                protect &= snap.valid[rows, np.maximum(snap.current, 0)]
-                forced = np.where(protect & (forced < 0), snap.current, forced).astype(np.int64)
+                forced = np.where(forced >= 0, forced, kept_current(snap, until > snap.time_s))
             streak = waiting_streak(snap, ledger)
             starving = (streak >= self.max_wait_s) & snap.valid.any(axis=1)
             if starving.any():

@@ -16,6 +16,7 @@ building snapshots or calling the policy. With an ``on_round`` observer no round
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from oak.errors import OakInputError
 from oak.goodput.table import GoodputTable
 from oak.model.cluster import Cluster, cluster_preset
 from oak.model.config import Configuration, sia_configurations
-from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array
+from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array, kept_while_restoring
 from oak.placement import place, place_replicas
 from oak.placement.placer import GpuSet
 from oak.policies.base import Policy, reads_clock
@@ -463,7 +464,7 @@ class Simulator:
         if owners:  # one scatter for all jobs' GPUs: GPUs held per (job, node)
             gpu_ids = [g for i in active for g in st.gpus[i]]
             np.add.at(held, (np.array(owners), self.gpu_node[gpu_ids]), 1)
-        return RoundSnapshot(
+        snap = RoundSnapshot(
             time_s=t,
             configs=self.configs,
             gpu_types=self.cluster.gpu_types,
@@ -495,8 +496,8 @@ class Simulator:
             current_replicas=frozen_array(held, np.int64),
             node_goodput=None if node_goodput is None else frozen_array(node_goodput, np.float64),
             policy_state=st.policy_state,
-            kept=None if self.physics.restores_preemptible else self._kept(st, active, valid),
         )
+        return snap if self.physics.restores_preemptible else dataclasses.replace(snap, kept=kept_while_restoring(snap))
 
     def _explorable(self, valid: np.ndarray, ran: np.ndarray, max_gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """What the artifact's rules let a job be offered: only its smallest configurations before it has run
@@ -509,13 +510,6 @@ class Simulator:
         if self.physics.exploration_cap:
             limit = np.where(ran > 0, np.maximum(2 * ran, fewest), limit)
         return valid & (gpus <= limit[:, None]), np.minimum(max_gpus, limit)
-
-    def _kept(self, st: JobsState, active: np.ndarray, valid: np.ndarray) -> np.ndarray:
-        """(J,) the configuration of each job inside a restore (when still valid), −1 for the others."""
-        cfg = st.config[active]
-        keep = (st.shape[active] >= 0) & (st.restore_left[active] > 0) & (cfg >= 0)
-        keep &= valid[np.arange(len(active)), np.maximum(cfg, 0)]
-        return np.where(keep, cfg, -1).astype(np.int64)
 
     def _decide(
         self,

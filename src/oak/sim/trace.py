@@ -41,9 +41,7 @@ def trace_rows(snap: RoundSnapshot, alloc: Allocation, placed: list[GpuSet]) -> 
     cost = np.array([SIA_RESTART_COST_S.get(a, SIA_DEFAULT_RESTART_COST_S) for a in snap.applications])
     r_sia = sia_restart_factor(snap.age_s, snap.restarts.astype(np.float64), cost)
     r_oak = restart_factor_decomposed(snap.t_progress_s, snap.t_ckpt_s, snap.restart_penalty_s)
-    before = np.where(snap.current >= 0, snap.config_gpus[np.maximum(snap.current, 0)], 0)
-    if snap.current_replicas is not None and snap.current_replicas.size:
-        before = snap.current_replicas.sum(axis=1)
+    before = snap.current_replicas.sum(axis=1)  # GPUs held per job before this round's decision
     remaining = np.where(snap.total_work > 0, snap.remaining_work / snap.total_work, 0.0)
     return [
         {

@@ -31,7 +31,7 @@ torch = pytest.importorskip("torch")
 from oak.errors import OakInputError  # noqa: E402
 from oak.runtime import checkpoint, data, launch, models, worker  # noqa: E402
 
-TINY = ["--model", "tiny", "--batch-size", "32", "--threads", "1", "--status-interval", "0.05"]
+TINY = ["--model", "tiny", "--batch-size", "32", "--threads", "1", "--status-interval", "0.05", "--device", "cpu"]
 
 
 # ------------------------------------------------------------------------------------------------- helpers
@@ -591,13 +591,15 @@ def test_two_rank_gloo_run_stays_in_sync_then_resumes_at_one_rank(tmp_path: Path
 def test_resnet18_worker_runs_a_few_steps(tmp_path: Path) -> None:
     job = tmp_path / "job"
     args = ["--model", "resnet18", "--width-mult", "0.125", "--batch-size", "8", "--target-steps", "3"]
-    pid = _fork_worker(job, [*args, "--ckpt-every", "2", "--threads", "1"])
+    pid = _fork_worker(job, [*args, "--ckpt-every", "2", "--threads", "1", "--device", "cpu"])
     assert _wait_pid(pid) == 0, (job / "fork.log").read_text()
     state, step = _final_state(job)
     assert step == 3 and "layers.7.bn2.running_mean" in state["model"]
     assert checkpoint.list_checkpoints(job) == [2, 3]
     # resuming with a different model into the same job dir is refused with a clear message
-    pid = _fork_worker(job, ["--model", "tiny", "--batch-size", "8", "--target-steps", "5", "--ckpt-every", "2"])
+    pid = _fork_worker(
+        job, ["--model", "tiny", "--batch-size", "8", "--target-steps", "5", "--ckpt-every", "2", "--device", "cpu"]
+    )
     assert _wait_pid(pid) == worker.EXIT_INPUT
     assert "checkpoint of" in (job / "fork.log").read_text()
 

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,10 @@ from oak.errors import OakInputError
 
 STATUS_FILE = "status.json"  # same names as oak.runtime.worker, which this module does not import (no torch)
 DONE_FILE = "done"
+RENDEZVOUS_FILE = "rendezvous.json"
+KILL_REAP_S = 10.0
+"""How long ``kill`` waits for a SIGKILLed rank to be reaped (a rank stuck in an uninterruptible driver call
+may never be); ranks still there afterwards are reported by ``WorkerHandle.unreaped``."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,8 @@ class WorkerSpec:
 
 
 def free_port(addr: str = "127.0.0.1") -> int:
-    """A TCP port on ``addr`` that was free a moment ago (the OS picks it; rank 0 binds it again)."""
+    """A TCP port on ``addr`` that was free a moment ago (the OS picks it). Racy as a rendezvous port — another
+    process may bind it before rank 0 does — so the launchers let rank 0 bind port 0 and publish the port."""
     with socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((addr, 0))
         return int(s.getsockname()[1])
@@ -77,11 +83,30 @@ def free_port(addr: str = "127.0.0.1") -> int:
 class WorkerHandle:
     """The running rank processes of one job incarnation."""
 
-    def __init__(self, job_dir: Path, procs: list[subprocess.Popen[bytes]], master_port: int | None) -> None:
+    def __init__(
+        self,
+        job_dir: Path,
+        procs: list[subprocess.Popen[bytes]],
+        master_port: int | None,
+        rendezvous: str | None = None,
+    ) -> None:
         self.job_dir = job_dir
         self.procs = procs
-        self.master_port = master_port
+        self._master_port = master_port
+        self.rendezvous = rendezvous
         self.started_at = time.time()
+
+    @property
+    def master_port(self) -> int | None:
+        """The rendezvous port: the one given, or the one rank 0 published for this incarnation (None before)."""
+        if self._master_port is None and self.rendezvous is not None:
+            try:
+                obj = json.loads((self.job_dir / RENDEZVOUS_FILE).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return None
+            if isinstance(obj, dict) and obj.get("token") == self.rendezvous and isinstance(obj.get("port"), int):
+                self._master_port = int(obj["port"])
+        return self._master_port
 
     @property
     def pids(self) -> list[int]:
@@ -130,9 +155,10 @@ class WorkerHandle:
         the ranks checkpoint at their next common step boundary and exit 0."""
         self._signal(signal.SIGTERM)
 
-    def terminate(self, timeout: float = 30.0) -> list[int]:
+    def terminate(self, timeout: float = 30.0) -> list[int | None]:
         """Graceful stop: SIGTERM every rank, wait up to ``timeout`` s for them to checkpoint and exit, then
-        SIGKILL the stragglers. Returns the per-rank exit statuses (0 = stopped after a durable checkpoint)."""
+        SIGKILL the stragglers. Returns the per-rank exit statuses (0 = stopped after a durable checkpoint;
+        None = not reaped, see ``kill``)."""
         self.request_stop()
         deadline = time.monotonic() + timeout
         for p in self.procs:
@@ -140,10 +166,23 @@ class WorkerHandle:
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
         return self.kill()
 
-    def kill(self) -> list[int]:
-        """Failure injection: SIGKILL every live rank (no checkpoint) and reap them; returns exit statuses."""
+    def kill(self, reap_s: float = KILL_REAP_S) -> list[int | None]:
+        """Failure injection: SIGKILL every live rank (no checkpoint) and reap them, waiting at most ``reap_s``
+        seconds in all; returns exit statuses (None: a rank not reaped in time, listed by ``unreaped``)."""
         self._signal(signal.SIGKILL)
-        return [p.wait() for p in self.procs]
+        deadline = time.monotonic() + reap_s
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        return [p.poll() for p in self.procs]
+
+    def unreaped(self) -> list[int]:
+        """Pids of ranks still not reaped (e.g. stuck in the GPU driver after SIGKILL)."""
+        return [p.pid for p in self.procs if p.poll() is None]
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of each rank's log (rank 0 first), for a failure message."""
+        return log_tail(self.job_dir, self.world_size, lines)
 
     def read_status(self) -> dict[str, Any] | None:
         """The job's ``status.json`` (written by rank 0), or None if absent or unreadable."""
@@ -165,6 +204,28 @@ class WorkerHandle:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.kill()
+
+
+def log_tail(job_dir: Path, world_size: int, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
+    """The last ``lines`` lines of the last incarnation in ``rank<r>.log`` for r < ``world_size`` (read from
+    the end, at most ``max_bytes`` each), each block headed by its file name; empty when no log exists."""
+    blocks: list[str] = []
+    for rank in range(world_size):
+        path = job_dir / f"rank{rank}.log"
+        try:
+            with open(path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - max_bytes))
+                text = fh.read().decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        all_lines = text.splitlines()
+        starts = [i for i, line in enumerate(all_lines) if line.startswith("=== ")]
+        current = all_lines[starts[-1] :] if starts else all_lines  # the last incarnation's lines only
+        tail = current[-lines:]
+        if tail:
+            blocks.append(f"--- {path.name} (last {len(tail)} lines)\n" + "\n".join(tail))
+    return "\n".join(blocks)
 
 
 def spawn_rank(
@@ -228,7 +289,9 @@ def start_worker(
     ``devices``: the allocation. ``device_kind="cpu"``: CPU slot ids (≥ ``world_size``), split into contiguous
     equal shares; each rank runs ``len(share)`` torch threads (OMP_NUM_THREADS) and, with ``pin_cpus``, is pinned
     to those CPU ids. ``device_kind="gpu"``: exactly one GPU index per rank; each rank's CUDA_VISIBLE_DEVICES lists
-    them, mapped through the scheduler's own mask (``physical_gpus``), and rank r uses the r-th. ``master_port``: rendezvous port on ``master_addr`` (default: a free one, W > 1 only).
+    them, mapped through the scheduler's own mask (``physical_gpus``), and rank r uses the r-th.
+    ``master_port``: rendezvous port on ``master_addr``; by default (W > 1) rank 0 binds a port the OS picks
+    and publishes it with a fresh token in ``rendezvous.json`` (``WorkerHandle.master_port`` reads it).
     ``env``: extra environment variables for the ranks.
     """
     job = Path(job_dir)
@@ -246,7 +309,8 @@ def start_worker(
     if len(set(ids)) != len(ids):
         raise OakInputError(f"duplicate device ids in {ids}")
     job.mkdir(mode=0o700, parents=True, exist_ok=True)
-    port = master_port if master_port is not None else (free_port(master_addr) if world_size > 1 else 0)
+    port = master_port if master_port is not None else 0
+    token = uuid.uuid4().hex if world_size > 1 and master_port is None else None
     base_env = dict(os.environ)
     base_env.update(env or {})
     base_env["PYTHONUNBUFFERED"] = "1"
@@ -256,6 +320,8 @@ def start_worker(
             argv = [python, "-m", "oak.runtime.worker", "--job-dir", str(job), *spec.argv()]
             argv += ["--world-size", str(world_size), "--rank", str(rank)]
             argv += ["--master-addr", master_addr, "--master-port", str(port)]
+            if token is not None:
+                argv += ["--rendezvous", token]
             renv = dict(base_env)
             if device_kind == "gpu":
                 renv["CUDA_VISIBLE_DEVICES"] = ",".join(physical_gpus(ids, os.environ))
@@ -276,4 +342,4 @@ def start_worker(
             p.kill()
             p.wait()
         raise
-    return WorkerHandle(job, procs, port or None)
+    return WorkerHandle(job, procs, port or None, token)

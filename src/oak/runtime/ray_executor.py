@@ -1,14 +1,15 @@
 """The Ray executor of ``oak run --backend ray``: each job incarnation as a placement group of rank actors.
 
-One placement group per incarnation holds one bundle per rank (``{"GPU": 1}`` on real GPUs, else
-``{"oak_slot": 1}``: a custom resource that stands for a CPU worker slot, or for a GPU on a cluster without
-GPUs). In each bundle a small threaded actor (:class:`_RankActor`) starts the packaged worker,
+One placement group per incarnation holds one bundle per rank (``{"GPU": 1}`` for ``--gpus``, else
+``{"oak_slot": 1}``: a custom resource that stands for a CPU worker slot). A GPU run on a cluster with fewer
+``GPU`` resources than asked for is refused; it never falls back to CPU slots. In each bundle a small threaded actor (:class:`_RankActor`) starts the packaged worker,
 ``python -m oak.runtime.worker ...``, as a child process, exactly as :mod:`oak.runtime.launch` does locally,
 so the checkpoint, stop (SIGTERM → checkpoint → exit 0) and status semantics are the same. The child dies
 with its actor (``PR_SET_PDEATHSIG``), so killing an actor, or losing its node, kills the rank.
 
-Rendezvous: rank 0's node IP is the master address (``127.0.0.1`` when every rank is on one node); rank 0's
-actor picks a free port there. The job directory is passed as an absolute path: on a multi-node cluster the
+Rendezvous: rank 0's node IP is the master address (``127.0.0.1`` when every rank is on one node); rank 0
+binds a port the OS picks there and publishes it in the job directory (``rendezvous.json``, with this
+incarnation's token), where the other ranks read it. The job directory is passed as an absolute path: on a multi-node cluster the
 run directory must be on a filesystem every node shares (checkpoints, ``status.json``, logs).
 
 Every wait is bounded: the reservation (``pg.wait``), actor start, worker start, stop and kill.
@@ -40,7 +41,7 @@ from typing import Any
 
 from oak.errors import OakInputError
 from oak.runtime.executor import JobState, Launch, worker_spec
-from oak.runtime.launch import DONE_FILE, STATUS_FILE, free_port, spawn_rank
+from oak.runtime.launch import DONE_FILE, STATUS_FILE, spawn_rank
 
 try:
     import ray
@@ -98,9 +99,6 @@ class _RankActor:
 
     def node_ip(self) -> str:
         return str(_RAY.util.get_node_ip_address())
-
-    def pick_port(self, addr: str) -> int:
-        return free_port(addr)
 
     def start(self, args: list[str], env: dict[str, str], log_path: str, ray_gpus: bool, timeout_s: float) -> int:
         """Start ``python -m oak.runtime.worker ARGS`` with ``env`` added; returns its pid."""
@@ -200,7 +198,8 @@ class RayExecutor:
     """Runs each job's ranks as Ray actors in one placement group per incarnation (see the module doc).
 
     ``address``: a running cluster (``HOST:6379``, ``auto``); None starts a local Ray that declares the
-    ``devices`` slots (GPUs when ``device_kind`` is ``gpu`` and CUDA GPUs exist, else ``oak_slot``). A Ray
+    ``devices`` slots (``oak_slot`` for CPU slots; for GPUs the CUDA GPUs this machine shows). ``devices``
+    None (``--gpus auto``): every ``GPU`` of the cluster, counted once Ray is up (``self.devices``). A Ray
     already initialised in this process is used as it is (and not shut down). ``wait_timeout_s`` bounds each
     wait for a reservation, an actor or a worker start. ``ray_init_kwargs`` are added to ``ray.init``.
     """
@@ -209,7 +208,7 @@ class RayExecutor:
         self,
         address: str | None,
         device_kind: str,
-        devices: int,
+        devices: int | None,
         *,
         wait_timeout_s: float = 60.0,
         ray_init_kwargs: dict[str, Any] | None = None,
@@ -218,12 +217,14 @@ class RayExecutor:
             raise OakInputError("--backend ray needs Ray: pip install 'oak-scheduler[ray]'") from _RAY_IMPORT_ERROR
         if device_kind not in ("cpu", "gpu"):
             raise OakInputError(f"device_kind={device_kind!r}: expected 'cpu' or 'gpu'")
-        if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        if devices is None and device_kind != "gpu":
+            raise OakInputError("devices=None (count the cluster's GPUs) needs device_kind='gpu'")
+        if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int) or devices < 1):
             raise OakInputError(f"devices={devices!r}: expected a positive integer")
         if not wait_timeout_s > 0:
             raise OakInputError(f"wait_timeout_s={wait_timeout_s!r}: expected a positive number of seconds")
         self.device_kind: str = device_kind
-        self.devices = devices
+        self.devices: int = devices if devices is not None else 0
         self.wait_timeout_s = float(wait_timeout_s)
         self._jobs: dict[str, _Incarnation] = {}
         self._tag: str | None = None
@@ -234,11 +235,11 @@ class RayExecutor:
                 kwargs["address"] = address
             else:
                 gpus = _cuda_gpus() if device_kind == "gpu" else 0
-                kwargs["num_cpus"] = max(1, min(os.cpu_count() or 1, devices))
+                kwargs["num_cpus"] = max(1, min(os.cpu_count() or 1, devices or gpus or 1))
                 kwargs["num_gpus"] = gpus
                 kwargs["object_store_memory"] = 96 * 1024 * 1024
-                if not gpus:
-                    kwargs["resources"] = {SLOT_RESOURCE: devices}
+                if device_kind == "cpu":
+                    kwargs["resources"] = {SLOT_RESOURCE: self.devices}
             kwargs.update(ray_init_kwargs or {})
             if address:
                 _check_reachable(address, min(self.wait_timeout_s, 10.0))
@@ -251,19 +252,20 @@ class RayExecutor:
             self._started_ray = True
         try:
             total = _RAY.cluster_resources()
-            self._ray_gpus = device_kind == "gpu" and float(total.get(GPU_RESOURCE, 0.0)) >= 1.0
+            self._ray_gpus = device_kind == "gpu"
             self.resource = GPU_RESOURCE if self._ray_gpus else SLOT_RESOURCE
             have = float(total.get(self.resource, 0.0))
-            if have < devices:
+            if devices is None:
+                self.devices = int(have)
+            if have < max(1, self.devices):
                 how = (
-                    "start the nodes with GPUs visible"
-                    if self.resource == GPU_RESOURCE
+                    "start the nodes with their GPUs visible (ray start --num-gpus N), or run on CPU slots "
+                    "with --cpu-slots N"
+                    if self._ray_gpus
                     else f"start the nodes with: ray start --resources '{{\"{SLOT_RESOURCE}\": N}}'"
                 )
-                raise OakInputError(
-                    f"Ray cluster has {have:g} {self.resource!r} in all, fewer than the {devices} devices asked for; "
-                    + how
-                )
+                asked = "--gpus auto" if devices is None else f"the {devices} devices asked for"
+                raise OakInputError(f"Ray cluster has {have:g} {self.resource!r} in all, fewer than {asked}; " + how)
         except BaseException:
             self.shutdown()
             raise
@@ -330,14 +332,16 @@ class RayExecutor:
             )
         ips = self._get([a.node_ip.remote() for a in rec.actors], rec.name, "start its rank actors")
         master = "127.0.0.1" if len(set(ips)) == 1 else str(ips[0])
-        port = 0
-        if n > 1:
-            port = int(self._get([rec.actors[0].pick_port.remote(master)], rec.name, "pick a rendezvous port")[0])
+        # rank 0 binds a port the OS picks on its node and publishes it in the (shared) job directory under this
+        # token: no port is picked here and bound later, so nothing else can take it in between
+        token = uuid.uuid4().hex if n > 1 else None
         spec = worker_spec(item.job, item.seed)
         refs = []
         for rank, actor in enumerate(rec.actors):
             args = ["--job-dir", str(rec.job_dir), *spec.argv()]
-            args += ["--world-size", str(n), "--rank", str(rank), "--master-addr", master, "--master-port", str(port)]
+            args += ["--world-size", str(n), "--rank", str(rank), "--master-addr", master, "--master-port", "0"]
+            if token is not None:
+                args += ["--rendezvous", token]
             env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
             if self._ray_gpus:
                 args += ["--device", "cuda", "--local-rank", "0", "--threads", "1"]
@@ -405,6 +409,10 @@ class RayExecutor:
     def pids(self, name: str) -> list[int]:
         rec = self._jobs.get(name)
         return [] if rec is None else list(rec.pids)
+
+    def exit_codes(self, name: str) -> list[int | None]:
+        rec = self._jobs.get(name)
+        return [] if rec is None else [rec.codes.get(rank) for rank in range(len(rec.actors))]
 
     def actors(self, name: str) -> list[Any]:
         """The rank actors of a running job, rank 0 first (for failure injection)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import hashlib
 import ipaddress
 import json
@@ -64,6 +65,7 @@ STATUS_FILE = "status.json"
 LOSS_FILE = "loss.csv"
 COUNTERS_FILE = "counters.json"
 DONE_FILE = "done"
+RENDEZVOUS_FILE = "rendezvous.json"
 CKPT_FORMAT = 1
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 STATUS_FIELDS = (
@@ -95,6 +97,7 @@ class WorkerConfig:
     local_rank: int | None = None
     master_addr: str = "127.0.0.1"
     master_port: int = 0
+    rendezvous: str | None = None
     data: Path | None = None
     seed: int = 0
     width_mult: float = 1.0
@@ -121,7 +124,19 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, default=0, help="this process's rank in [0, W)")
     p.add_argument("--local-rank", type=int, default=None, help="GPU index among CUDA_VISIBLE_DEVICES (default rank)")
     p.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address (rank 0 binds it)")
-    p.add_argument("--master-port", type=int, default=0, help="rendezvous TCP port (required when W > 1)")
+    p.add_argument(
+        "--master-port",
+        type=int,
+        default=0,
+        help="rendezvous TCP port; 0 (W > 1): rank 0 binds a port the OS picks and publishes it (--rendezvous)",
+    )
+    p.add_argument(
+        "--rendezvous",
+        default=None,
+        metavar="TOKEN",
+        help="with --master-port 0: this incarnation's token; rank 0 writes {token, port} to JOB_DIR/"
+        "rendezvous.json and the other ranks wait (up to --pg-timeout) for that token",
+    )
     p.add_argument("--data", type=Path, default=None, help="cifar-10-batches-py folder; default synthetic data")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--width-mult", type=float, default=1.0, help="resnet18 channel multiplier (0.25 for CPU)")
@@ -156,9 +171,14 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     need(a.world_size >= 1, f"--world-size must be >= 1, got {a.world_size}")
     need(0 <= a.rank < a.world_size, f"--rank must be in [0, {a.world_size}), got {a.rank}")
     need(a.batch_size >= a.world_size, f"--batch-size {a.batch_size} must be >= --world-size {a.world_size}")
+    need(0 <= a.master_port <= 65535, f"--master-port must be in [0, 65535], got {a.master_port}")
     need(
-        a.world_size == 1 or 1 <= a.master_port <= 65535,
-        f"--master-port must be in [1, 65535] when W > 1, got {a.master_port}",
+        a.world_size == 1 or a.master_port > 0 or bool(a.rendezvous),
+        "--master-port must be in [1, 65535] when W > 1, or 0 with --rendezvous TOKEN (rank 0 picks the port)",
+    )
+    need(
+        a.rendezvous is None or (0 < len(a.rendezvous) <= 64 and a.rendezvous.isalnum()),
+        f"--rendezvous must be 1-64 letters or digits, got {a.rendezvous!r}",
     )
     need(math.isfinite(a.width_mult) and a.width_mult > 0, f"--width-mult must be > 0, got {a.width_mult}")
     need(math.isfinite(a.lr) and a.lr > 0, f"--lr must be > 0, got {a.lr}")
@@ -187,6 +207,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
         local_rank=a.local_rank,
         master_addr=a.master_addr,
         master_port=a.master_port,
+        rendezvous=a.rendezvous,
         data=a.data,
         seed=a.seed,
         width_mult=a.width_mult,
@@ -344,34 +365,92 @@ def _select_device(cfg: WorkerConfig) -> torch.device:
     if not 0 <= idx < n:
         raise OakInputError(f"--local-rank {idx}: only {n} CUDA device(s) visible")
     torch.cuda.set_device(idx)
+    make_cuda_deterministic()
     return torch.device("cuda", idx)
 
 
+@functools.lru_cache(maxsize=4)
+def _device_info(kind: str, index: int | None) -> dict[str, Any]:
+    return describe_device(torch.device(kind, index) if index is not None else torch.device(kind))
+
+
+def describe_device(device: torch.device) -> dict[str, Any]:
+    """The device a rank trains on, as status.json reports it: type, index and, on CUDA, the GPU's name and
+    UUID (what ``CUDA_VISIBLE_DEVICES`` mapping is checked against: ``scripts/gpu-smoke``)."""
+    out: dict[str, Any] = {"type": device.type, "index": device.index}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        out["name"] = str(props.name)
+        uuid = getattr(props, "uuid", None)
+        out["uuid"] = None if uuid is None else str(uuid)
+        out["deterministic"] = bool(torch.are_deterministic_algorithms_enabled())
+    return out
+
+
+def make_cuda_deterministic() -> None:
+    """The settings under which a resumed CUDA run recomputes the same parameters as an uninterrupted one on
+    the same GPU model, driver, library versions and world size: deterministic cuDNN kernels (no autotuning),
+    no TF32, deterministic algorithms everywhere (an op without one raises instead of silently differing), and
+    the cuBLAS workspace setting those require (set before the first cuBLAS call). NCCL's all-reduce is
+    deterministic for a fixed rank count and topology; a resize changes W and therefore the summation order."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.use_deterministic_algorithms(True)
+
+
 def _init_distributed(cfg: WorkerConfig, device: torch.device) -> None:
-    """Join the process group; rank 0 binds the rendezvous store to ``master_addr`` only (not all interfaces)."""
+    """Join the process group; rank 0 binds the rendezvous store to ``master_addr`` only (not all interfaces).
+
+    With ``--master-port 0`` rank 0 binds a port the OS picks and keeps it bound from then on, and publishes it
+    in ``rendezvous.json`` with this incarnation's token: no port is chosen, released and bound again later,
+    so no other process can take it in between (the race of picking a free port in the launcher)."""
     timeout = datetime.timedelta(seconds=cfg.pg_timeout_s)
     if _is_loopback(cfg.master_addr):
         lo = _loopback_ifname()
         if lo is not None:  # keep gloo / NCCL bootstrap sockets on loopback as well
             os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)
             os.environ.setdefault("NCCL_SOCKET_IFNAME", lo)
+    port = cfg.master_port
     if cfg.rank == 0:
-        info = socket.getaddrinfo(cfg.master_addr, cfg.master_port, type=socket.SOCK_STREAM)[0]
+        info = socket.getaddrinfo(cfg.master_addr, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(info[0], socket.SOCK_STREAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(info[4])
             sock.listen(128)
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
+            raise RuntimeError(f"rendezvous: cannot bind {cfg.master_addr}:{port}: {exc}") from exc
+        port = int(sock.getsockname()[1])
+        if cfg.rendezvous is not None:
+            _write_json(cfg.job_dir / RENDEZVOUS_FILE, {"token": cfg.rendezvous, "port": port}, durable=False)
         store = dist.TCPStore(  # type: ignore[attr-defined]
-            cfg.master_addr, cfg.master_port, cfg.world_size, True, timeout, master_listen_fd=sock.detach()
+            cfg.master_addr, port, cfg.world_size, True, timeout, master_listen_fd=sock.detach()
         )
     else:
-        store = dist.TCPStore(cfg.master_addr, cfg.master_port, cfg.world_size, False, timeout)  # type: ignore[attr-defined]
+        if not port:
+            port = _await_rendezvous(cfg)
+        store = dist.TCPStore(cfg.master_addr, port, cfg.world_size, False, timeout)  # type: ignore[attr-defined]
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, store=store, rank=cfg.rank, world_size=cfg.world_size, timeout=timeout)
+
+
+def _await_rendezvous(cfg: WorkerConfig) -> int:
+    """The port rank 0 published for this incarnation's token (polled; a file left by an earlier incarnation
+    carries another token and is ignored)."""
+    path = cfg.job_dir / RENDEZVOUS_FILE
+    deadline = time.monotonic() + cfg.pg_timeout_s
+    while True:
+        obj = _read_json(path)
+        if isinstance(obj, dict) and obj.get("token") == cfg.rendezvous and isinstance(obj.get("port"), int):
+            return int(obj["port"])
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"rendezvous: rank 0 did not publish its port in {path} within {cfg.pg_timeout_s:g} s")
+        time.sleep(0.05)
 
 
 def _open_loss_log(path: Path) -> TextIO:
@@ -469,6 +548,7 @@ class _Run:
             "lost_steps": self.counters.lost_steps,
             "batch_size": self.cfg.batch_size,
             "model": self.cfg.model,
+            "device": _device_info(self.device.type, self.device.index),
             "updated_at": time.time(),
         }
         if error is not None:

@@ -171,3 +171,12 @@ def test_reconcile_reports_and_removes_what_is_not_intended(tmp_path: Path) -> N
     finally:
         stray.shutdown()
         executor.shutdown()
+
+
+def test_gpu_run_on_a_cluster_without_gpus_is_refused() -> None:
+    """--gpus N on Ray never falls back to CPU slots: the module's cluster (2 oak_slot, no GPU) is refused for
+    GPU runs, and --gpus auto (devices None) counts the cluster's GPUs, not the driver's."""
+    for devices, asked in ((2, "the 2 devices asked for"), (None, "--gpus auto")):
+        with pytest.raises(OakInputError, match=f"Ray cluster has 0 'GPU' in all, fewer than {asked}"):
+            RayExecutor(None, "gpu", devices, wait_timeout_s=30.0)
+        assert ray.is_initialized()  # a Ray it did not start is left running

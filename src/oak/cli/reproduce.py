@@ -30,7 +30,12 @@ def reproduce(
         str, typer.Option(help="table4 only: small (CPU, minutes) or full (the paper's sizes).")
     ] = "small",
     cpu_slots: Annotated[int | None, typer.Option(help="table4 only: CPU worker slots as devices (default 4).")] = None,
-    gpus: Annotated[str | None, typer.Option(help="table4 only: 'auto' or a GPU count instead of CPU slots.")] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            help="table4 only: a GPU count, or auto (the visible GPUs, at most the paper's 4) instead of CPU slots."
+        ),
+    ] = None,
     rules: Annotated[
         str,
         typer.Option(
@@ -120,7 +125,7 @@ def _table4(out: Path, scale: str, cpu_slots: int | None, gpus: str | None, seed
     if seeds is not None and seeds < 1:
         _fail(f"--seeds {seeds}: expected a positive integer")
     if gpus is not None:
-        devices, kind = _gpu_count(gpus), "gpu"
+        devices, kind = _gpu_count(gpus, auto_max=4), "gpu"  # auto: the paper's 4 GPUs, not all of an 8-GPU box
     else:
         devices, kind = (cpu_slots if cpu_slots is not None else 4), "cpu"
         if devices < 1:

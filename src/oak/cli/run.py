@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,6 +45,12 @@ def run_jobs(
     backend: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray address (default: start a local Ray).")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the run as JSON to this path.")] = None,
+    max_retries: Annotated[
+        int, typer.Option(help="A job failing this many times in a row without progress fails for good.")
+    ] = 3,
+    stall_seconds: Annotated[
+        float, typer.Option(help="Kill as failed a job whose status is older than this (a hung collective).")
+    ] = 180.0,
 ) -> None:
     """Run the jobs of JOBS_FILE under a policy on local devices (or a Ray cluster), with injected failures."""
     from oak.catalog import Catalog
@@ -67,17 +74,30 @@ def run_jobs(
         _fail(f"--time-limit {time_limit!r}: expected a positive number of seconds")
     if seed < 0:
         _fail(f"--seed {seed}: expected an integer >= 0")
+    if max_retries < 1:
+        _fail(f"--max-retries {max_retries}: expected a positive integer")
+    if not (math.isfinite(stall_seconds) and stall_seconds > 0):
+        _fail(f"--stall-seconds {stall_seconds!r}: expected a positive number of seconds")
     pol = make_policy(policy, seed=seed)  # an unknown policy fails here (OakInputError: exit 2)
     catalog = Catalog.load()
     jobs = load_jobs_file(jobs_file, tuple(catalog.apps))
+    executor = None
     if cpu_slots is not None:
         devices, kind = cpu_slots, "cpu"
         err_console.print(f"no GPUs used: {cpu_slots} CPU worker slots stand in for devices (--cpu-slots)")
+    elif backend == "ray":
+        kind = "gpu"
+        devices = 0 if gpus == "auto" else _gpu_spec(gpus or "auto")  # checked against the cluster's GPUs
     else:
         devices, kind = _gpu_count(gpus or "auto"), "gpu"
     ptype = profile_type or ("aws" if kind == "cpu" else "dgx-ext")
     if not any(ptype in a.gpus for a in catalog.apps.values()):
         _fail(f"--profile-type {ptype!r}: no application has a profile for it")
+    if backend == "ray":
+        from oak.runtime.ray_executor import RayExecutor
+
+        executor = RayExecutor(address=address, device_kind=kind, devices=devices or None)
+        devices = executor.devices
     opts = RuntimeOptions(
         devices=devices,
         device_kind=kind,
@@ -86,15 +106,12 @@ def run_jobs(
         round_s=round_seconds,
         seed=seed,
         time_limit_s=time_limit,
+        stall_s=stall_seconds,
+        max_retries=max_retries,
     )
     directory = (
         run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
     )
-    executor = None
-    if backend == "ray":
-        from oak.runtime.ray_executor import RayExecutor
-
-        executor = RayExecutor(address=address, device_kind=kind, devices=devices)
     sched = RuntimeScheduler(jobs, pol, directory, opts, executor=executor, catalog=catalog)
     err_console.print(f"run directory: {directory}")
     from oak.cli.main import progress_bar
@@ -118,22 +135,46 @@ def run_jobs(
     if sched.interrupted:
         err_console.print(f"interrupted: jobs stopped after a checkpoint; resume with --run-dir {directory}")
         raise typer.Exit(code=130)
+    gave_up = [r for r in sched.records if r.gave_up is not None]
+    for r in gave_up:
+        note = sched.failure_notes.get(r.name, r.gave_up or "")
+        err_console.print(f"[bold red]{r.name} failed[/]: {note}", markup=True, highlight=False)
+    if gave_up:
+        err_console.print(f"{len(gave_up)} job(s) failed for good; their logs: {directory / 'jobs'}/NAME/rank*.log")
+        raise typer.Exit(code=1)
 
 
-def _gpu_count(spec: str) -> int:
-    if spec == "auto":
-        try:
-            import torch
-        except ImportError:
-            _fail("--gpus auto needs PyTorch (pip install -e '.[runtime]')")
-        n = int(torch.cuda.device_count())
-        if n == 0:
-            _fail("--gpus auto: no CUDA GPU is visible; use --cpu-slots N on a machine without GPUs")
-        return n
+def _gpu_spec(spec: str) -> int:
+    """A ``--gpus`` count (not ``auto``)."""
     try:
         n = int(spec)
     except ValueError:
         _fail(f"--gpus {spec!r}: expected 'auto' or a positive integer")
     if n < 1:
         _fail(f"--gpus {spec}: expected a positive integer")
+    return n
+
+
+def visible_gpus() -> int:
+    """CUDA GPUs this process sees (under its CUDA_VISIBLE_DEVICES)."""
+    try:
+        import torch
+    except ImportError:
+        _fail("--gpus needs PyTorch (pip install -e '.[runtime]')")
+    return int(torch.cuda.device_count())
+
+
+def _gpu_count(spec: str, *, auto_max: int | None = None) -> int:
+    """``--gpus auto|N`` for local workers: ``auto`` = every visible GPU (at most ``auto_max``), N checked
+    against what is visible, so that a job is never launched on a GPU index that does not exist."""
+    n = None if spec == "auto" else _gpu_spec(spec)
+    have = visible_gpus()
+    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+    where = f" under CUDA_VISIBLE_DEVICES={mask!r}" if mask is not None else ""
+    if have == 0:
+        _fail(f"--gpus {spec}: no CUDA GPU is visible{where}; use --cpu-slots N on a machine without GPUs")
+    if n is None:
+        return have if auto_max is None else min(have, auto_max)
+    if n > have:
+        _fail(f"--gpus {n}: only {have} CUDA GPU(s) visible{where}")
     return n

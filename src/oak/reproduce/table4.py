@@ -71,8 +71,10 @@ def table4_jobs(scale: Table4Scale) -> JobsFile:
     return JobsFile(path=f"table4-{scale.name}.yaml", jobs=jobs)
 
 
-def run_key(policy: str, rate: float, seed: int) -> str:
-    return f"{policy}-l{rate:g}-s{seed}"
+def run_key(scale: str, devices: int, device_kind: str, policy: str, rate: float, seed: int) -> str:
+    """A stored run's name: every setting it depends on, so that a full-scale or GPU run never reads back a
+    small-scale or CPU one stored in the same ``--out``."""
+    return f"{scale}-{devices}{device_kind}-{policy}-l{rate:g}-s{seed}"
 
 
 def run_table4(
@@ -97,7 +99,7 @@ def run_table4(
     for policy in policies:
         for rate in rates:
             for seed in range(seeds):
-                key = run_key(policy, rate, seed)
+                key = run_key(scale, devices, device_kind, policy, rate, seed)
                 path = out / "results" / f"{key}.json"
                 if path.is_file():
                     results.append(json.loads(path.read_text(encoding="utf-8")))

@@ -43,6 +43,11 @@ class Executor(Protocol):
 
     def pids(self, name: str) -> list[int]: ...
 
+    def exit_codes(self, name: str) -> list[int | None]:
+        """Per-rank exit statuses of the job's current incarnation (None: still running or unknown; negative:
+        killed by that signal); meaningful once ``state`` reported it ``failed``, until ``kill``."""
+        ...
+
     def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]: ...
 
     def kill(self, name: str) -> None: ...
@@ -102,6 +107,10 @@ class LocalExecutor:
     def pids(self, name: str) -> list[int]:
         h = self._handles.get(name)
         return [] if h is None else h.pids
+
+    def exit_codes(self, name: str) -> list[int | None]:
+        h = self._handles.get(name)
+        return [] if h is None else h.returncodes()
 
     def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
         """SIGTERM every named job at once, wait up to ``timeout_s`` s for their checkpoints, SIGKILL the rest."""

@@ -48,6 +48,7 @@ from oak.model.job import JobSpec
 from oak.policies.base import Policy
 from oak.runtime.executor import Executor, Launch, LocalExecutor
 from oak.runtime.jobs_file import JobsFile, RuntimeJob
+from oak.runtime.launch import log_tail
 from oak.runtime.store import JobRecord, RunStore
 from oak.sim import rng
 from oak.sim.metrics import JobResult, RunResult
@@ -62,7 +63,13 @@ class RuntimeOptions:
     """Run settings. ``devices``: CPU slots or GPUs the scheduler owns (one node of that many);
     ``profile_type``: the catalog GPU type whose goodput model scores allocations; ``round_s``: seconds per
     round; ``tick_s``: polling interval (s); ``stop_timeout_s``: wait for a checkpointing stop before SIGKILL;
-    ``time_limit_s``: stop the run (unfinished jobs reported) after this many seconds of run clock."""
+    ``time_limit_s``: stop the run (unfinished jobs reported) after this many seconds of run clock;
+    ``stall_s``: a running job whose ``status.json`` (rewritten after every step) is older than this — or that
+    wrote none this long after its launch — is killed as failed (a hung collective; default: the worker's
+    process-group timeout, 120 s, plus 60 s); ``max_retries``: a job that fails this many times in a row
+    without a step beyond the one it resumed from fails for good; ``retry_backoff_s``: after the n-th such
+    failure the job is not placed again for ``retry_backoff_s · 2^(n−1)`` seconds (at most 600). A job whose
+    ranks exit 2 (the worker's usage error: bad data, model or checkpoint) fails for good at once."""
 
     devices: int
     device_kind: str = "cpu"
@@ -73,6 +80,9 @@ class RuntimeOptions:
     tick_s: float = 0.2
     stop_timeout_s: float = 60.0
     time_limit_s: float | None = None
+    stall_s: float = 180.0
+    max_retries: int = 3
+    retry_backoff_s: float = 30.0
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
@@ -81,7 +91,11 @@ class RuntimeOptions:
             raise OakInputError(f"device_kind={self.device_kind!r}: expected 'cpu' or 'gpu'")
         if not (math.isfinite(self.failure_rate) and 0.0 <= self.failure_rate <= 1.0):
             raise OakInputError(f"failure rate {self.failure_rate!r}: expected a probability in [0, 1]")
-        for name in ("round_s", "tick_s", "stop_timeout_s"):
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 1:
+            raise OakInputError(f"max_retries={self.max_retries!r}: expected a positive integer")
+        if not (math.isfinite(self.retry_backoff_s) and self.retry_backoff_s >= 0):
+            raise OakInputError(f"retry_backoff_s={self.retry_backoff_s!r}: expected a number of seconds >= 0")
+        for name in ("round_s", "tick_s", "stop_timeout_s", "stall_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise OakInputError(f"{name}={v!r}: expected a positive number of seconds")
@@ -95,6 +109,10 @@ class RuntimeOptions:
 def runtime_cluster(opts: RuntimeOptions) -> Cluster:
     """One node holding the run's devices, scored with ``profile_type``'s goodput model."""
     return homogeneous_cluster(opts.profile_type, 1, opts.devices, name=f"{opts.devices}-{opts.device_kind}")
+
+
+MAX_BACKOFF_S = 600.0
+EXIT_INPUT = 2  # the worker's exit status for bad input (oak.runtime.worker.EXIT_INPUT; no torch import here)
 
 
 @dataclass
@@ -149,6 +167,9 @@ class RuntimeScheduler:
         self.records: list[JobRecord] = []
         self.interrupted = False
         self._live = _Live()
+        self._start_wall = 0.0
+        self.failure_notes: dict[str, str] = {}
+        """Job → the last failure's description and its ranks' log tails (for ``oak run``'s report)."""
 
     # ------------------------------------------------------------------ paths
     def job_dir(self, job: RuntimeJob) -> Path:
@@ -164,6 +185,7 @@ class RuntimeScheduler:
         """Run until every job is done (or the time limit); returns the same metrics as ``oak simulate``."""
         wall0 = time.perf_counter()
         records, start_wall = self._open()
+        self._start_wall = start_wall
         self.records = records
         st = JobsState.initial(np.array([j.submit_s for j in self.jobs], dtype=np.float64))
         last = time.time() - start_wall
@@ -183,14 +205,18 @@ class RuntimeScheduler:
                 for r in newly:
                     r.arrived = True
                     decide = True
+                for r in records:  # a back-off ended: the job may be placed again
+                    if r.retry_at_s and now >= r.retry_at_s:
+                        r.retry_at_s = 0.0
+                        decide = True
                 k = math.floor(now / self.opts.round_s)
                 if k != self._live.last_round_k:
                     decide = True
-                if all(r.done for r in records):
+                if all(r.over for r in records):
                     break
                 if self.opts.time_limit_s is not None and now >= self.opts.time_limit_s:
                     break
-                if decide and any(r.arrived and not r.done for r in records):
+                if decide and any(r.arrived and not r.over for r in records):
                     self._decide(records, st, now)
                     self._live.last_round_k = k
                     decide = False
@@ -277,7 +303,7 @@ class RuntimeScheduler:
         """Account dt to each job's counters and poll its workers; True if a job finished or failed."""
         changed = False
         for job, r in zip(self.jobs, records, strict=True):
-            if r.done or not r.arrived:
+            if r.over or not r.arrived:
                 continue
             g = len(r.devices)
             if r.launched_at_s is None:
@@ -286,6 +312,7 @@ class RuntimeScheduler:
             r.gpu_s += g * dt
             status = self.executor.status(job.name)
             pids = self.executor.pids(job.name)
+            reported: float | None = None
             if status is not None and pids and status.get("pid") == pids[0]:
                 step = int(status.get("step", r.step))
                 r.corrupt_skipped = max(r.corrupt_skipped, int(status.get("corrupt_skipped", 0) or 0))
@@ -293,6 +320,8 @@ class RuntimeScheduler:
                 if not r.ready and (step > r.launch_step or bool(status.get("done"))):
                     r.ready = True
                 r.step = max(r.step, step) if r.ready else r.step
+                with contextlib.suppress(TypeError, ValueError):
+                    reported = float(status.get("updated_at"))  # type: ignore[arg-type]
             if r.ready:
                 r.t_progress_s += dt
             else:
@@ -300,19 +329,50 @@ class RuntimeScheduler:
                 r.t_queue_s += dt
                 r.gpu_s_lost += g * dt
             state = self.executor.state(job.name)
-            if state == "done":
+            if state == "running":
+                since = max(self._start_wall + r.launched_at_s, reported or 0.0)
+                silent = time.time() - since
+                if silent > self.opts.stall_s:
+                    what = "no status since its launch" if reported is None else "its status stopped updating"
+                    self._fail(job, r, now, f"stalled: {what} for {silent:,.0f} s (> {self.opts.stall_s:g} s)", g)
+                    changed = True
+            elif state == "done":
                 self.executor.kill(job.name)
                 r.step = job.target_steps
                 r.unplace()
                 r.done, r.finish_s = True, now
+                r.fail_streak = 0
                 changed = True
-            elif state in ("failed", "stopped"):
+            elif state == "stopped":
                 self.executor.kill(job.name)
                 self._release(job, r)
-                if state == "failed":
-                    r.failures += 1
+                changed = True
+            elif state == "failed":
+                codes = self.executor.exit_codes(job.name)
+                own = [c for c in codes if c is not None and c != 0 and c != -signal.SIGKILL]
+                why = f"rank exit statuses {codes}" + (f" (first failure: {own[0]})" if own else "")
+                self._fail(job, r, now, why, g, usage_error=EXIT_INPUT in codes)
                 changed = True
         return changed
+
+    def _fail(
+        self, job: RuntimeJob, r: JobRecord, now: float, why: str, ranks: int, *, usage_error: bool = False
+    ) -> None:
+        """A failure of the job's own (not an injected one): kill what is left of it, count it, and give up on
+        it after a usage error or ``max_retries`` failures in a row without progress; else back off."""
+        progressed = r.ready and r.step > r.launch_step
+        self.executor.kill(job.name)
+        self._release(job, r)
+        r.failures += 1
+        r.fail_streak = 0 if progressed else r.fail_streak + 1
+        tail = log_tail(self.job_dir(job), max(1, ranks))
+        if usage_error:
+            r.gave_up = f"its workers reported an input error ({why})"
+        elif r.fail_streak >= self.opts.max_retries:
+            r.gave_up = f"{r.fail_streak} failures in a row without progress; last: {why}"
+        elif r.fail_streak:
+            r.retry_at_s = now + min(self.opts.retry_backoff_s * 2 ** (r.fail_streak - 1), MAX_BACKOFF_S)
+        self.failure_notes[job.name] = (r.gave_up or why) + (f"\n{tail}" if tail else "")
 
     def _release(self, job: RuntimeJob, r: JobRecord) -> None:
         r.unplace()
@@ -348,7 +408,7 @@ class RuntimeScheduler:
         total = self.model.total
         for i, (job, r) in enumerate(zip(self.jobs, records, strict=True)):
             st.arrived[i] = r.arrived
-            st.done[i] = r.done
+            st.done[i] = r.over
             st.progress[i] = min(r.step / job.target_steps, 1.0) * total[i]
             st.t_progress[i], st.t_ckpt[i], st.t_queue[i] = r.t_progress_s, r.t_ckpt_s, r.t_queue_s
             st.restarts[i], st.failures[i], st.started[i] = r.restarts, r.failures, r.started
@@ -359,7 +419,8 @@ class RuntimeScheduler:
 
     def _decide(self, records: list[JobRecord], st: JobsState, now: float) -> None:
         self._fill_state(records, st)
-        active = np.flatnonzero(st.arrived & ~st.done)
+        waiting_out = np.array([r.retry_at_s > 0 for r in records], dtype=bool)  # backing off: not placed
+        active = np.flatnonzero(st.arrived & ~st.done & ~waiting_out)
         snap = self.model.snapshot(st, now, active, bool(getattr(self.policy, "needs_node_goodput", False)))
         start = time.perf_counter()
         alloc = self.policy.decide(snap)

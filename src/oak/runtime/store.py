@@ -30,7 +30,10 @@ class JobRecord:
     """What the scheduler knows of one job (seconds of the run clock; devices are global ids).
 
     ``corrupt_skipped`` / ``lost_steps``: checkpoints the job's workers found corrupt and skipped on resume, and
-    the steps lost with them (the worker's cumulative ledger, copied from its status)."""
+    the steps lost with them (the worker's cumulative ledger, copied from its status). ``gave_up``: why the
+    job failed for good (its workers' usage error, or failures that repeat without progress); ``fail_streak``:
+    its failures in a row without a step beyond the one it resumed from; ``retry_at_s``: not placed before
+    this run-clock time (the back-off after such a failure)."""
 
     name: str
     arrived: bool = False
@@ -55,6 +58,14 @@ class JobRecord:
     incarnations: int = 0
     corrupt_skipped: int = 0
     lost_steps: int = 0
+    gave_up: str | None = None
+    fail_streak: int = 0
+    retry_at_s: float = 0.0
+
+    @property
+    def over(self) -> bool:
+        """Finished, or failed for good (``gave_up`` holds why): the scheduler places it no more."""
+        return self.done or self.gave_up is not None
 
     def unplace(self) -> None:
         """The job holds no devices and runs no workers (stopped, failed, finished or orphan reaped)."""

@@ -1,0 +1,410 @@
+"""How `oak run` ends jobs that cannot run: usage errors, crash loops, stalled collectives, GPU counts, ports.
+
+Most tests drive the real scheduler with a scripted executor (no processes): each launch's fate is decided
+by the script, so the retry limit, the back-off and the stall detector are checked without timing races on
+a busy CPU. The rest run real workers: a job whose data vanished after the jobs file was loaded (the worker
+exits 2), a rank frozen with SIGSTOP (its status stops updating, as in a hung NCCL collective), and a
+two-rank job whose launcher's would-be port is taken by another process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from oak.errors import OakInputError
+from oak.policies import make_policy
+from oak.runtime import launch
+from oak.runtime.executor import JobState, Launch
+from oak.runtime.jobs_file import parse_jobs
+from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
+
+ONE_JOB = "jobs:\n  - {name: j, model: tiny, target_steps: 100, max_gpus: 1, batch_size: 8, ckpt_every: 10}\n"
+
+
+@dataclass
+class Fate:
+    """What one incarnation does: report steps up to ``reach`` (from the step it resumed at), then end as
+    ``end`` after ``after_s`` seconds ("running" forever; ``exit_codes`` for a failure); ``freeze``: its
+    status stops updating (``updated_at`` fixed at launch)."""
+
+    end: JobState = "failed"
+    after_s: float = 0.0
+    exit_codes: tuple[int, ...] = (1,)
+    reach: int = 0
+    freeze: bool = False
+
+
+@dataclass
+class ScriptedExecutor:
+    """An executor whose incarnations follow ``fates`` in order (the last one repeats)."""
+
+    fates: list[Fate]
+    device_kind: str = "cpu"
+    launches: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
+    kills: int = 0
+    _live: dict[str, tuple[Fate, float, int]] = field(default_factory=dict)
+
+    def launch(self, item: Launch) -> None:
+        fate = self.fates[min(len(self.launches), len(self.fates) - 1)]
+        self.launches.append((time.monotonic(), item.devices))
+        self._live[item.job.name] = (fate, time.time(), 1000 + len(self.launches))
+
+    def state(self, name: str) -> JobState | None:
+        if name not in self._live:
+            return None
+        fate, t0, _ = self._live[name]
+        return fate.end if time.time() - t0 >= fate.after_s else "running"
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        if name not in self._live:
+            return None
+        fate, t0, pid = self._live[name]
+        return {"pid": pid, "step": fate.reach, "updated_at": t0 if fate.freeze else time.time()}
+
+    def pids(self, name: str) -> list[int]:
+        return [self._live[name][2]] if name in self._live else []
+
+    def exit_codes(self, name: str) -> list[int | None]:
+        if name not in self._live:
+            return []
+        fate = self._live[name][0]
+        return list(fate.exit_codes) if self.state(name) == "failed" else [None]
+
+    def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
+        out: dict[str, JobState] = {}
+        for n in names:
+            if n in self._live:
+                out[n] = "stopped"
+                del self._live[n]
+        return out
+
+    def kill(self, name: str) -> None:
+        if self._live.pop(name, None) is not None:
+            self.kills += 1
+
+    def shutdown(self) -> None:
+        self._live.clear()
+
+
+def _scripted(tmp_path: Path, fates: list[Fate], **opts: Any) -> tuple[RuntimeScheduler, ScriptedExecutor]:
+    ex = ScriptedExecutor(fates)
+    options = RuntimeOptions(devices=1, round_s=30.0, tick_s=0.02, **opts)
+    sched = RuntimeScheduler(parse_jobs(ONE_JOB, "one.yaml"), make_policy("oak"), tmp_path / "run", options, ex)
+    return sched, ex
+
+
+def test_failures_without_progress_stop_after_the_retry_limit_with_back_off(tmp_path: Path) -> None:
+    sched, ex = _scripted(tmp_path, [Fate()], max_retries=3, retry_backoff_s=0.4, time_limit_s=30.0)
+    result = sched.run()
+    r = sched.records[0]
+    assert len(ex.launches) == 3, ex.launches
+    gaps = [b[0] - a[0] for a, b in zip(ex.launches, ex.launches[1:], strict=False)]
+    assert gaps[0] >= 0.4 and gaps[1] >= 0.8, gaps  # 0.4 s, then 0.8 s of back-off
+    assert r.gave_up is not None and "3 failures in a row without progress" in r.gave_up
+    assert r.failures == 3 and not r.done and result.jobs[0].jct_s is None
+    assert result.end_time_s < 20.0  # the run ended when the job was given up, not at the time limit
+
+
+def test_progress_resets_the_retry_count(tmp_path: Path) -> None:
+    """Failures after steps were made are the cluster's, not the job's: a job that fails five times but
+    advances each time is retried every time (without back-off) and finishes."""
+    fates = [Fate(reach=10 * (k + 1), after_s=0.1) for k in range(5)] + [Fate(end="done", reach=100, after_s=0.1)]
+    sched, ex = _scripted(tmp_path, fates, max_retries=2, retry_backoff_s=5.0, time_limit_s=30.0)
+    result = sched.run()
+    r = sched.records[0]
+    assert r.done and r.gave_up is None and r.failures == 5 and len(ex.launches) == 6
+    assert result.jobs[0].jct_s is not None and result.jobs[0].jct_s < 5.0  # never backed off
+
+
+def test_a_usage_error_fails_the_job_at_once(tmp_path: Path) -> None:
+    sched, ex = _scripted(tmp_path, [Fate(exit_codes=(2, -9))], max_retries=5, time_limit_s=30.0)
+    sched.run()
+    r = sched.records[0]
+    assert len(ex.launches) == 1 and r.failures == 1
+    assert (
+        r.gave_up is not None
+        and "input error" in r.gave_up
+        and "[2, -9]" in r.gave_up
+        and "first failure: 2" in r.gave_up
+    )
+
+
+def test_a_stalled_job_is_killed_as_failed_and_relaunched(tmp_path: Path) -> None:
+    """A job whose status stops updating while its ranks still run (a hung collective) is killed after
+    ``stall_s``; the next incarnation runs normally and finishes."""
+    fates = [Fate(end="running", reach=5, freeze=True), Fate(end="done", reach=100, after_s=0.2)]
+    sched, ex = _scripted(tmp_path, fates, stall_s=0.5, time_limit_s=30.0)
+    sched.run()
+    r = sched.records[0]
+    assert r.done and r.failures == 1 and ex.kills >= 1 and len(ex.launches) == 2
+    assert "stalled" in sched.failure_notes["j"]
+    stalled_for = ex.launches[1][0] - ex.launches[0][0]
+    assert 0.5 <= stalled_for < 10.0, stalled_for
+
+
+def test_a_job_that_never_reports_is_a_stall_too(tmp_path: Path) -> None:
+    class Silent(ScriptedExecutor):
+        def status(self, name: str) -> dict[str, Any] | None:
+            return None
+
+    ex = Silent([Fate(end="running")])
+    opts = RuntimeOptions(devices=1, round_s=30.0, tick_s=0.02, stall_s=0.3, max_retries=2, retry_backoff_s=0.0)
+    sched = RuntimeScheduler(parse_jobs(ONE_JOB, "one.yaml"), make_policy("oak"), tmp_path / "run", opts, ex)
+    sched.run()
+    r = sched.records[0]
+    assert r.gave_up is not None and "no status since its launch" in r.gave_up and len(ex.launches) == 2
+
+
+@pytest.mark.parametrize(
+    ("field_", "value"), [("max_retries", 0), ("retry_backoff_s", -1.0), ("stall_s", 0.0), ("stall_s", float("nan"))]
+)
+def test_retry_options_are_checked(field_: str, value: float) -> None:
+    with pytest.raises(OakInputError, match=field_):
+        RuntimeOptions(devices=1, **{field_: value})
+
+
+# ----------------------------------------------------------------------------------------- real workers
+torch_missing = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("torch") is None, reason="needs torch (the runtime extra)"
+)
+
+
+def _cifar_folder(path: Path) -> Path:
+    import pickle
+
+    import numpy as np
+
+    path.mkdir(parents=True)
+    batch = {b"data": np.zeros((16, 3072), dtype=np.uint8), b"labels": [0] * 16}
+    (path / "data_batch_1").write_bytes(pickle.dumps(batch))
+    return path
+
+
+@torch_missing
+def test_worker_usage_error_ends_the_job_with_its_log(tmp_path: Path) -> None:
+    """The data folder passes the load-time check, then vanishes (an unmounted share): the worker exits 2,
+    and the job fails for good at once with the end of its rank log, instead of being relaunched forever."""
+    data = _cifar_folder(tmp_path / "cifar")
+    text = (
+        "jobs:\n  - {name: v, model: tiny, target_steps: 50, max_gpus: 1, batch_size: 8, ckpt_every: 10,"
+        f" data: {data}}}\n"
+    )
+    jobs = parse_jobs(text, "v.yaml")
+    for f in data.iterdir():
+        f.unlink()
+    opts = RuntimeOptions(devices=1, round_s=30.0, tick_s=0.05, time_limit_s=120.0)
+    sched = RuntimeScheduler(jobs, make_policy("oak"), tmp_path / "run", opts)
+    result = sched.run()
+    r = sched.records[0]
+    assert r.gave_up is not None and "input error" in r.gave_up, sched.failure_notes
+    assert r.incarnations == 1 and result.end_time_s < 100.0
+    note = sched.failure_notes["v"]
+    assert "rank0.log" in note and "no data_batch_* files" in note
+
+
+@torch_missing
+def test_frozen_rank_is_detected_as_a_stall(tmp_path: Path) -> None:
+    """SIGSTOP freezes the job's rank mid-run (as a hung collective does): its status.json stops updating,
+    the scheduler kills it after stall_s and relaunches it from its checkpoint; the job finishes."""
+    text = (
+        "jobs:\n  - {name: s, model: tiny, target_steps: 400, max_gpus: 1, batch_size: 8, ckpt_every: 20,"
+        " min_step_s: 0.02}\n"
+    )
+    opts = RuntimeOptions(devices=1, round_s=60.0, tick_s=0.05, stall_s=3.0, time_limit_s=240.0)
+    sched = RuntimeScheduler(parse_jobs(text, "s.yaml"), make_policy("oak"), tmp_path / "run", opts)
+    frozen: list[int] = []
+
+    def freeze_once(now: float, done: int, total: int) -> None:
+        r = sched.records[0]
+        if not frozen and r.ready and r.step >= 60 and r.pids:
+            os.kill(r.pids[0], signal.SIGSTOP)
+            frozen.append(r.pids[0])
+
+    result = sched.run(progress=freeze_once)
+    r = sched.records[0]
+    assert frozen, "the job never reached step 60"
+    assert r.done and r.failures == 1 and r.incarnations == 2, (r, sched.failure_notes)
+    assert "stalled" in sched.failure_notes["s"]
+    assert result.jobs[0].jct_s is not None
+
+
+@torch_missing
+def test_rank0_binds_the_rendezvous_port_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher no longer picks a port for rank 0 to bind seconds later: with the port a launcher-side
+    pick would return held by another process, a two-rank job still runs, on the port rank 0 published."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    held = taken.getsockname()[1]
+    monkeypatch.setattr(launch, "free_port", lambda addr="127.0.0.1": held)
+    spec = launch.WorkerSpec(model="tiny", target_steps=6, batch_size=8, ckpt_every=3)
+    try:
+        with launch.start_worker(tmp_path / "job", spec, world_size=2, devices=[0, 1]) as h:
+            assert h.wait(180) == 0, launch.log_tail(h.job_dir, 2)
+            port = h.master_port
+    finally:
+        taken.close()
+    assert port is not None and port != held
+    assert json.loads((tmp_path / "job" / "rendezvous.json").read_text())["port"] == port
+    assert (tmp_path / "job" / "done").is_file()
+
+
+def test_kill_waits_a_bounded_time_for_an_unreapable_rank(tmp_path: Path) -> None:
+    """A rank stuck in the driver is not reaped after SIGKILL: ``kill`` returns within its bound and names it."""
+
+    class Stuck(subprocess.Popen[bytes]):
+        def __init__(self) -> None:  # no process: poll/wait behave as for one in uninterruptible sleep
+            self.pid = 424242
+            self.returncode = None
+
+        def poll(self) -> int | None:
+            return None
+
+        def wait(self, timeout: float | None = None) -> int:
+            time.sleep(min(timeout or 0.0, 5.0))
+            raise subprocess.TimeoutExpired("rank", timeout or 0.0)
+
+        def send_signal(self, sig: int) -> None:
+            pass
+
+        def __del__(self) -> None:
+            pass
+
+    h = launch.WorkerHandle(tmp_path, [Stuck()], None)
+    t0 = time.monotonic()
+    assert h.kill(reap_s=0.3) == [None]
+    assert time.monotonic() - t0 < 2.0 and h.unreaped() == [424242]
+
+
+# ----------------------------------------------------------------------------------------- GPU counts
+def test_gpus_n_is_checked_against_the_visible_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from oak.cli import run as run_cli
+    from oak.cli.main import app
+
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(ONE_JOB)
+    monkeypatch.setattr(run_cli, "visible_gpus", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    res = CliRunner().invoke(app, ["run", str(jobs), "--gpus", "3", "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2, res.output
+    assert "--gpus 3: only 2 CUDA GPU(s) visible under CUDA_VISIBLE_DEVICES='4,5'" in res.output
+    assert not (tmp_path / "r").exists()
+    monkeypatch.setattr(run_cli, "visible_gpus", lambda: 0)
+    res = CliRunner().invoke(app, ["run", str(jobs), "--gpus", "auto", "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "no CUDA GPU is visible" in res.output
+
+
+def test_gpu_count_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    from oak.cli import run as run_cli
+
+    monkeypatch.setattr(run_cli, "visible_gpus", lambda: 8)
+    assert run_cli._gpu_count("auto") == 8
+    assert run_cli._gpu_count("auto", auto_max=4) == 4  # table4: the paper's 4 GPUs
+    assert run_cli._gpu_count("6") == 6
+
+
+def test_table4_runs_are_keyed_by_scale_and_devices() -> None:
+    from oak.reproduce.table4 import run_key
+
+    keys = {
+        run_key("small", 4, "cpu", "oak", 0.1, 0),
+        run_key("full", 4, "cpu", "oak", 0.1, 0),
+        run_key("full", 4, "gpu", "oak", 0.1, 0),
+        run_key("full", 8, "gpu", "oak", 0.1, 0),
+    }
+    assert len(keys) == 4
+
+
+@torch_missing
+def test_cuda_determinism_settings() -> None:
+    """The flags a CUDA rank sets before its first kernel (restored afterwards: they are process-global)."""
+    import torch
+
+    from oak.runtime import worker
+
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cuda.matmul.allow_tf32,
+        os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    )
+    try:
+        worker.make_cuda_deterministic()
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] in (":4096:8", ":16:8")
+        # every op of the shipped models has a deterministic implementation (use_deterministic_algorithms
+        # raises on one that does not, e.g. adaptive_avg_pool2d's CUDA backward, on CPU only where it applies)
+        from oak.runtime.models import build_model
+
+        model = build_model("resnet18", width_mult=0.125)
+        model(torch.zeros(2, 3, 32, 32)).sum().backward()
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1], before[2]
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before[3], before[4]
+        if before[5] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = before[5]
+
+
+def test_resnet_backward_has_no_adaptive_pooling() -> None:
+    """AdaptiveAvgPool2DBackward uses atomics on CUDA (use_deterministic_algorithms raises there, on CUDA only):
+    the model's autograd graph holds no such node, which CPU can check. (adaptive_avg_pool2d to 1×1, which the
+    model used, already dispatches to a mean on every device; the model now says mean outright.)"""
+    torch = pytest.importorskip("torch")
+    from oak.runtime.models import build_model
+
+    out = build_model("resnet18", width_mult=0.125)(torch.zeros(2, 3, 32, 32)).sum()
+    seen, todo = set(), [out.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        todo.extend(f for f, _ in fn.next_functions)
+    names = {type(fn).__name__ for fn in seen}
+    assert any("Conv" in n for n in names) and not any("AdaptiveAvgPool" in n for n in names), names
+
+
+@torch_missing
+def test_oak_run_reports_a_job_given_up_and_exits_1(tmp_path: Path) -> None:
+    """A job whose folder holds another model's checkpoint (its worker refuses it: exit 2) is reported as
+    failed with its rank log, and ``oak run`` exits 1; the other job finishes."""
+    import shutil
+
+    from oak.cli.main import app
+
+    tiny = "{name: x, model: tiny, target_steps: 4, max_gpus: 1, batch_size: 8, ckpt_every: 2}"
+    first = tmp_path / "first.yaml"
+    first.write_text(f"jobs:\n  - {tiny}\n")
+    base = ["--cpu-slots", "2", "--round-seconds", "5"]
+    res = CliRunner().invoke(app, ["run", str(first), *base, "--run-dir", str(tmp_path / "r1")])
+    assert res.exit_code == 0, res.output
+    (tmp_path / "r2" / "jobs").mkdir(parents=True)
+    shutil.copytree(tmp_path / "r1" / "jobs" / "x", tmp_path / "r2" / "jobs" / "x")
+    second = tmp_path / "second.yaml"
+    second.write_text(
+        "jobs:\n  - {name: x, model: resnet18, width_mult: 0.125, target_steps: 4, max_gpus: 1, batch_size: 8,"
+        " ckpt_every: 2}\n  - {name: y, model: tiny, target_steps: 4, max_gpus: 1, batch_size: 8, ckpt_every: 2}\n"
+    )
+    res = CliRunner().invoke(app, ["run", str(second), *base, "--run-dir", str(tmp_path / "r2")])
+    assert res.exit_code == 1, res.output
+    assert "x failed" in res.output and "input error" in res.output and "rank0.log" in res.output
+    assert "checkpoint of" in res.output  # the worker's own message, from the end of its log
+    assert (tmp_path / "r2" / "jobs" / "y" / "done").is_file()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -36,13 +35,15 @@ ONE_JOB = "jobs:\n  - {name: j, model: tiny, target_steps: 100, max_gpus: 1, bat
 class Fate:
     """What one incarnation does: report steps up to ``reach`` (from the step it resumed at), then end as
     ``end`` after ``after_s`` seconds ("running" forever; ``exit_codes`` for a failure); ``freeze``: its
-    status stops updating (``updated_at`` fixed at launch)."""
+    status stops updating (``updated_at`` fixed at launch); ``durable``: it checkpointed at ``reach`` (else the
+    steps are lost with the failure)."""
 
     end: JobState = "failed"
     after_s: float = 0.0
     exit_codes: tuple[int, ...] = (1,)
     reach: int = 0
     freeze: bool = False
+    durable: bool = True
 
 
 @dataclass
@@ -58,6 +59,10 @@ class ScriptedExecutor:
     def launch(self, item: Launch) -> None:
         fate = self.fates[min(len(self.launches), len(self.fates) - 1)]
         self.launches.append((time.monotonic(), item.devices))
+        if fate.reach and fate.durable:  # what the scheduler reads back as the newest checkpoint
+            item.job_dir.mkdir(parents=True, exist_ok=True)
+            for suffix in ("pt", "sha256"):
+                (item.job_dir / f"ckpt-{fate.reach}.{suffix}").write_bytes(b"")
         self._live[item.job.name] = (fate, time.time(), 1000 + len(self.launches))
 
     def state(self, name: str) -> JobState | None:
@@ -80,6 +85,9 @@ class ScriptedExecutor:
             return []
         fate = self._live[name][0]
         return list(fate.exit_codes) if self.state(name) == "failed" else [None]
+
+    def unreaped(self, name: str) -> list[int]:
+        return []
 
     def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
         out: dict[str, JobState] = {}
@@ -127,6 +135,17 @@ def test_progress_resets_the_retry_count(tmp_path: Path) -> None:
     assert result.jobs[0].jct_s is not None and result.jobs[0].jct_s < 5.0  # never backed off
 
 
+def test_steps_lost_with_the_failure_are_not_progress(tmp_path: Path) -> None:
+    """A job that crashes every time before its next checkpoint makes no durable progress: it backs off and is
+    given up, however many steps each incarnation reported before dying."""
+    sched, ex = _scripted(
+        tmp_path, [Fate(reach=5, durable=False, after_s=0.05)], max_retries=3, retry_backoff_s=0.2, time_limit_s=30.0
+    )
+    sched.run()
+    r = sched.records[0]
+    assert len(ex.launches) == 3 and r.gave_up is not None and "without progress" in r.gave_up
+
+
 def test_a_usage_error_fails_the_job_at_once(tmp_path: Path) -> None:
     sched, ex = _scripted(tmp_path, [Fate(exit_codes=(2, -9))], max_retries=5, time_limit_s=30.0)
     sched.run()
@@ -159,7 +178,9 @@ def test_a_job_that_never_reports_is_a_stall_too(tmp_path: Path) -> None:
             return None
 
     ex = Silent([Fate(end="running")])
-    opts = RuntimeOptions(devices=1, round_s=30.0, tick_s=0.02, stall_s=0.3, max_retries=2, retry_backoff_s=0.0)
+    opts = RuntimeOptions(
+        devices=1, round_s=30.0, tick_s=0.02, stall_s=0.3, max_retries=2, retry_backoff_s=0.0, time_limit_s=30.0
+    )
     sched = RuntimeScheduler(parse_jobs(ONE_JOB, "one.yaml"), make_policy("oak"), tmp_path / "run", opts, ex)
     sched.run()
     r = sched.records[0]
@@ -221,7 +242,8 @@ def test_frozen_rank_is_detected_as_a_stall(tmp_path: Path) -> None:
         "jobs:\n  - {name: s, model: tiny, target_steps: 400, max_gpus: 1, batch_size: 8, ckpt_every: 20,"
         " min_step_s: 0.02}\n"
     )
-    opts = RuntimeOptions(devices=1, round_s=60.0, tick_s=0.05, stall_s=3.0, time_limit_s=240.0)
+    # stall_s must exceed a worker's start-up (a cold torch import on a slow machine): 15 s
+    opts = RuntimeOptions(devices=1, round_s=60.0, tick_s=0.05, stall_s=15.0, retry_backoff_s=0.0, time_limit_s=300.0)
     sched = RuntimeScheduler(parse_jobs(text, "s.yaml"), make_policy("oak"), tmp_path / "run", opts)
     frozen: list[int] = []
 
@@ -240,23 +262,19 @@ def test_frozen_rank_is_detected_as_a_stall(tmp_path: Path) -> None:
 
 
 @torch_missing
-def test_rank0_binds_the_rendezvous_port_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The launcher no longer picks a port for rank 0 to bind seconds later: with the port a launcher-side
-    pick would return held by another process, a two-rank job still runs, on the port rank 0 published."""
-    taken = socket.socket()
-    taken.bind(("127.0.0.1", 0))
-    taken.listen(1)
-    held = taken.getsockname()[1]
-    monkeypatch.setattr(launch, "free_port", lambda addr="127.0.0.1": held)
+def test_rank0_binds_the_rendezvous_port_itself(tmp_path: Path) -> None:
+    """The launcher picks no port (one it picked could be taken before rank 0 bound it): every rank gets
+    ``--master-port 0`` and this incarnation's token, rank 0 binds a port the OS chooses and publishes it, and
+    the two-rank job runs on it."""
     spec = launch.WorkerSpec(model="tiny", target_steps=6, batch_size=8, ckpt_every=3)
-    try:
-        with launch.start_worker(tmp_path / "job", spec, world_size=2, devices=[0, 1]) as h:
-            assert h.wait(180) == 0, launch.log_tail(h.job_dir, 2)
-            port = h.master_port
-    finally:
-        taken.close()
-    assert port is not None and port != held
-    assert json.loads((tmp_path / "job" / "rendezvous.json").read_text())["port"] == port
+    with launch.start_worker(tmp_path / "job", spec, world_size=2, devices=[0, 1]) as h:
+        assert h.wait(180) == 0, launch.log_tail(h.job_dir, 2)
+        port, token = h.master_port, h.rendezvous
+    published = json.loads((tmp_path / "job" / "rendezvous.json").read_text())
+    assert port is not None and published == {"token": token, "port": port}
+    for rank in (0, 1):
+        start = (tmp_path / "job" / f"rank{rank}.log").read_text().splitlines()[0]
+        assert "'--master-port', '0'" in start and f"'--rendezvous', '{token}'" in start
     assert (tmp_path / "job" / "done").is_file()
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from oak.cli.main import _fail, app, console, err_console, jobs_table
 
@@ -51,6 +52,9 @@ def run_jobs(
     stall_seconds: Annotated[
         float, typer.Option(help="Kill as failed a job whose status is older than this (a hung collective).")
     ] = 180.0,
+    retry_failed: Annotated[
+        bool, typer.Option(help="Resuming a run directory: place again the jobs it had given up on.")
+    ] = False,
 ) -> None:
     """Run the jobs of JOBS_FILE under a policy on local devices (or a Ray cluster), with injected failures."""
     from oak.catalog import Catalog
@@ -108,6 +112,7 @@ def run_jobs(
         time_limit_s=time_limit,
         stall_s=stall_seconds,
         max_retries=max_retries,
+        retry_failed=retry_failed,
     )
     directory = (
         run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
@@ -138,7 +143,7 @@ def run_jobs(
     gave_up = [r for r in sched.records if r.gave_up is not None]
     for r in gave_up:
         note = sched.failure_notes.get(r.name, r.gave_up or "")
-        err_console.print(f"[bold red]{r.name} failed[/]: {note}", markup=True, highlight=False)
+        err_console.print(f"[bold red]{escape(r.name)} failed[/]: {escape(note)}", highlight=False)
     if gave_up:
         err_console.print(f"{len(gave_up)} job(s) failed for good; their logs: {directory / 'jobs'}/NAME/rank*.log")
         raise typer.Exit(code=1)

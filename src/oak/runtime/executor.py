@@ -48,6 +48,11 @@ class Executor(Protocol):
         killed by that signal); meaningful once ``state`` reported it ``failed``, until ``kill``."""
         ...
 
+    def unreaped(self, name: str) -> list[int]:
+        """Pids of the job's rank processes that a SIGKILL did not end within the bounded wait (stuck in the
+        kernel or a GPU driver), kept after ``kill`` so that they can be reported."""
+        ...
+
     def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]: ...
 
     def kill(self, name: str) -> None: ...
@@ -76,10 +81,12 @@ class LocalExecutor:
         self.device_kind: str = device_kind
         self._kind: Literal["cpu", "gpu"] = device_kind
         self._handles: dict[str, WorkerHandle] = {}
+        self._stuck: dict[str, WorkerHandle] = {}
 
     def launch(self, item: Launch) -> None:
         if item.job.name in self._handles:
             raise RuntimeError(f"job {item.job.name!r} is already running")
+        self._stuck.pop(item.job.name, None)
         self._handles[item.job.name] = start_worker(
             item.job_dir,
             worker_spec(item.job, item.seed),
@@ -134,6 +141,12 @@ class LocalExecutor:
         h = self._handles.pop(name, None)
         if h is not None:
             h.kill()
+            if h.unreaped():
+                self._stuck[name] = h
+
+    def unreaped(self, name: str) -> list[int]:
+        h = self._stuck.get(name)
+        return [] if h is None else h.unreaped()
 
     def shutdown(self) -> None:
         for name in list(self._handles):

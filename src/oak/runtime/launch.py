@@ -95,6 +95,7 @@ class WorkerHandle:
         self._master_port = master_port
         self.rendezvous = rendezvous
         self.started_at = time.time()
+        self._killed = False
 
     @property
     def master_port(self) -> int | None:
@@ -170,6 +171,9 @@ class WorkerHandle:
         """Failure injection: SIGKILL every live rank (no checkpoint) and reap them, waiting at most ``reap_s``
         seconds in all; returns exit statuses (None: a rank not reaped in time, listed by ``unreaped``)."""
         self._signal(signal.SIGKILL)
+        if self._killed:
+            reap_s = min(reap_s, 0.1)  # waited for once already: do not block the caller again
+        self._killed = True
         deadline = time.monotonic() + reap_s
         for p in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):

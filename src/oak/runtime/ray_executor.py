@@ -414,6 +414,9 @@ class RayExecutor:
         rec = self._jobs.get(name)
         return [] if rec is None else [rec.codes.get(rank) for rank in range(len(rec.actors))]
 
+    def unreaped(self, name: str) -> list[int]:
+        return []  # a rank that outlives its actor dies with it (PR_SET_PDEATHSIG); Ray reaps the actor
+
     def actors(self, name: str) -> list[Any]:
         """The rank actors of a running job, rank 0 first (for failure injection)."""
         rec = self._jobs.get(name)

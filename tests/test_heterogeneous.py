@@ -241,8 +241,10 @@ def test_projection_off_and_no_reference() -> None:
 def test_simulator_runs_a_projected_app_on_other_types() -> None:
     catalog = _drop_types(CATALOG, {"cifar10": ("aws",), "bert": ("aws", "rtx", "dgx-ext")})
     sim = Simulator(_mixed_workload_of(("cifar10", "bert")), cluster_preset("sia-64"), catalog)
-    cifar = next(i for i, j in enumerate(sim.workload.jobs) if j.application == "cifar10")
-    on_type = {t: sim.bounds[cifar][[c.gpu_type == t for c in sim.configs]].any() for t in ("dgx-ext", "rtx")}
+    cifar = next(i for i, j in enumerate(sim.model.workload.jobs) if j.application == "cifar10")
+    on_type = {
+        t: sim.model.bounds[cifar][[c.gpu_type == t for c in sim.model.configs]].any() for t in ("dgx-ext", "rtx")
+    }
     assert on_type == {"dgx-ext": True, "rtx": True}
     result = sim.run(make_policy("sia", seed=0))
     assert all(j.jct_s is not None for j in result.jobs)

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from oak.engine.metrics import RunResult
 from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.policies import make_policy
 from oak.policies.base import Policy, reads_clock
 from oak.sim import PhysicsOptions, Simulator
-from oak.sim.metrics import RunResult
 from oak.workloads import load_workload
 
 #: Arrivals end near 10,000 s; oak-no-age starves jobs soon after, so this horizon holds long idle stretches

@@ -22,13 +22,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from oak.engine.rules import PhysicsOptions
 from oak.model.cluster import Cluster
 from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array
 from oak.policies import make_policy, policy_names
 from oak.policies.oak import OakPolicy
 from oak.scoring import RestartFactor, UtilityParams, restart_factor_decomposed, utility_matrix
 from oak.sim import Simulator
-from oak.sim.physics import PhysicsOptions
 from oak.workloads import load_workload
 from test_hybrid import MIXED_12, PAPER_12, random_snapshot
 from test_pollux import uniform_goodput

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from oak.engine.rules import PhysicsOptions
 from oak.reproduce.experiments import EXPERIMENTS, SeedPlan
 from oak.reproduce.runner import execute
 from oak.reproduce.store import ResultsStore, spec_key
 from oak.sim.compare import RunSpec, run_one
-from oak.sim.physics import PhysicsOptions
 
 SPECS = [
     RunSpec("oak", "small", 0.1, 0),

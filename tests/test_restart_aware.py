@@ -208,7 +208,7 @@ def test_the_waiting_guard_bounds_every_wait(lam: float, seed: int) -> None:
     sim = Simulator(_stream_behind_a_big_job())
     off = _longest_waits(sim, RestartAwareOakPolicy(max_wait_s=math.inf), lam, seed)
     max_wait, guard_run = 1800.0, 600.0
-    bound = max_wait + guard_run + float(sim.restore_delay.max()) + 2 * 60.0
+    bound = max_wait + guard_run + float(sim.model.restore_delay.max()) + 2 * 60.0
     assert off["big"] > 3 * bound  # the stream starves it: the scenario tests something
     on = _longest_waits(sim, RestartAwareOakPolicy(max_wait_s=max_wait, guard_run_s=guard_run), lam, seed)
     assert max(on.values()) <= bound, sorted(on.items(), key=lambda kv: -kv[1])[:3]

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from oak.engine.rules import RULES, SIA_ARTIFACT_RULES, rules_of, with_rules
 from oak.errors import OakInputError
 from oak.model.job import JobSpec
 from oak.model.snapshot import Allocation, RoundSnapshot
@@ -17,7 +18,6 @@ from oak.policies import make_policy
 from oak.policies.sia import SiaPolicy
 from oak.sim import PhysicsOptions, Simulator
 from oak.sim.compare import RunSpec
-from oak.sim.physics import RULES, SIA_ARTIFACT_RULES, rules_of, with_rules
 from oak.sim.trace import TRACE_COLUMNS, run_traced
 from oak.workloads import Workload, load_workload
 from test_cli import oak
@@ -126,9 +126,9 @@ def test_restarts_on_shape_ignore_moves_to_other_nodes_in_the_same_shape() -> No
 
 def test_per_node_shape_ignores_which_nodes() -> None:
     sim = Simulator(load_workload("small"))  # paper-12: 3 nodes of 4 GPUs, ids 0-3, 4-7, 8-11
-    assert sim._per_node((0, 1)) == sim._per_node((6, 7))
-    assert sim._per_node((0, 1, 4, 5)) == sim._per_node((8, 9, 2, 3))
-    assert sim._per_node((0, 1, 4, 5)) != sim._per_node((0, 1, 2, 4))
+    assert sim.model._per_node((0, 1)) == sim.model._per_node((6, 7))
+    assert sim.model._per_node((0, 1, 4, 5)) == sim.model._per_node((8, 9, 2, 3))
+    assert sim.model._per_node((0, 1, 4, 5)) != sim.model._per_node((0, 1, 2, 4))
 
 
 def test_lost_work_since_restart_rolls_back_to_the_last_start() -> None:

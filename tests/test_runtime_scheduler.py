@@ -55,7 +55,7 @@ STORMY_ROUND_S = 3.0
 
 
 def test_jobs_complete_under_failures_and_counters_grow(tmp_path: Path) -> None:
-    from oak.sim import rng
+    from oak.failures import rng
 
     key = np.array([rng.job_key("a")], dtype=np.uint64)
     assert all(rng.uniforms(STORMY_SEED, rng.STREAM_FAILURE, key, k)[0] < 0.5 for k in range(8))

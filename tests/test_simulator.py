@@ -69,7 +69,7 @@ def test_different_seeds_differ_under_failures(small_sim: Simulator) -> None:
 def test_failures_are_paired_across_policies(small_sim: Simulator) -> None:
     """Each failure happens at a time drawn from (seed, job, interval) alone: every failure time any policy
     sees lies in the shared stream, and the stream is identical whatever the policy."""
-    from oak.sim import rng
+    from oak.failures import rng
 
     seed, lam = 5, 0.1
     events: dict[str, list[tuple[str, float]]] = {}
@@ -85,7 +85,7 @@ def test_failures_are_paired_across_policies(small_sim: Simulator) -> None:
 
         small_sim.run(make_policy(name), failure_rate=lam, seed=seed, on_round=watch)
         events[name] = got
-    keys = {j.name: rng.job_key(j.name) for j in small_sim.workload.jobs}
+    keys = {j.name: rng.job_key(j.name) for j in small_sim.model.workload.jobs}
     for got in events.values():
         assert got, "expected failures at λ = 0.1"
         for job, t in got:

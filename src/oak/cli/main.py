@@ -77,7 +77,7 @@ def _physics(
     failure_restarts: int = 1,
     failure_mode: str = "restore",
 ) -> Any:
-    from oak.sim.physics import PhysicsOptions, with_rules
+    from oak.engine.rules import PhysicsOptions, with_rules
 
     base = PhysicsOptions(
         restore_cost=restore_cost,
@@ -271,7 +271,7 @@ def simulate(
             write_rows_parquet(trace_jobs, rows, TRACE_COLUMNS)
             console.print(f"wrote {len(rows):,} job-rounds to {trace_jobs}")
         if trace_plot is not None:
-            from oak.sim.physics import rules_of
+            from oak.engine.rules import rules_of
 
             title = f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}, {rules_of(physics)} rules"
             write_bytes_atomic(trace_plot, plot_trace(rows, title))

@@ -88,7 +88,7 @@ def reproduce(
 
         for t in trace_files:
             load_workload(t)  # a malformed trace is an input error (file, line, field) before anything runs
-    from oak.sim.physics import RULES
+    from oak.engine.rules import RULES
 
     if rules not in RULES:
         _fail(f"--rules {rules!r}: expected one of {', '.join(RULES)}")

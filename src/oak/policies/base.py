@@ -32,6 +32,11 @@ def reads_clock(policy: object) -> bool:
     return bool(getattr(policy, "reads_clock", True))
 
 
+def needs_node_goodput(policy: object) -> bool:
+    """Whether ``policy`` reads ``RoundSnapshot.node_goodput`` (its ``needs_node_goodput``, False when missing)."""
+    return bool(getattr(policy, "needs_node_goodput", False))
+
+
 POLICY_DESCRIPTIONS: dict[str, str] = {
     "oak": "OAK as shipped: (G·m)^p − θ, measured restart and switching cost only on moves, restores kept, exact MILP",
     "oak-paper": "OAK read literally (paper §III): U = (G·r)^p·K + μ_na·#unallocated, r on every configuration",

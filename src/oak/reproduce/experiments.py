@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from oak.engine.rules import PhysicsOptions, with_rules
 from oak.sim.compare import RunSpec
-from oak.sim.physics import PhysicsOptions, with_rules
 
 STOCHASTIC_POLICIES = ("pollux", "hybrid-oak")
 ALL_POLICIES = ("oak-paper", "goodput", "sia-paper", "sia", "pollux", "hybrid-oak", "gavel", "drf")
@@ -48,7 +48,7 @@ class SeedPlan:
     quick: bool = False
     #: Sia-format traces (paths) that ``restart-aware`` also runs, on Sia's 64-GPU cluster (``--traces DIR``).
     traces: tuple[str, ...] = ()
-    #: the simulator rules every run follows (``--rules``: ``oak.sim.physics.RULES``)
+    #: the simulator rules every run follows (``--rules``: ``oak.engine.rules.RULES``)
     rules: str = "default"
     #: restarts a failure adds to a job's count (``--failure-restarts``; ``PhysicsOptions.failure_restarts``)
     failure_restarts: int = 1

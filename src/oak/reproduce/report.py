@@ -1372,9 +1372,9 @@ def _claims_by_reading(selected: Sequence[str], plan: SeedPlan, store: ResultsSt
     paper's "Sia" (``goodput``, ``sia-paper``), side by side; nothing when only one combination has data."""
     import copy
 
+    from oak.engine.rules import RULES
     from oak.reproduce.claims import evaluate_claims
     from oak.reproduce.experiments import PAPER_SIA_READINGS
-    from oak.sim.physics import RULES
 
     columns: list[tuple[str, list[Any]]] = []
     for rules in RULES:

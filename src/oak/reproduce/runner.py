@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
+from oak.engine.metrics import RunResult
 from oak.errors import OakInputError
 from oak.reproduce.store import ResultsStore
 from oak.sim.compare import RunSpec, run_one
-from oak.sim.metrics import RunResult
 
 FLUSH_EVERY_S = 15.0
 BACKENDS = ("local", "ray")

@@ -19,8 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from oak.engine.metrics import RunResult
 from oak.sim.compare import RunSpec
-from oak.sim.metrics import RunResult
 
 RUN_FILE = "runs.parquet"
 JOB_FILE = "jobs.parquet"

@@ -1,11 +1,11 @@
 """The runtime scheduler of ``oak run``: the simulator's rounds, enacted on real training processes.
 
-Each round (every ``round_s`` seconds, and at once when a job arrives, finishes or fails) builds the same
-:class:`~oak.model.snapshot.RoundSnapshot` the simulator builds (``Simulator.snapshot`` over a
-:class:`~oak.sim.simulator.JobsState`), with T_progress, T_ckpt and T_queue *measured* here, calls the same
-policy object, validates and places its allocation with the simulator's own code, then enacts it: jobs whose
-devices change are stopped with SIGTERM (they checkpoint and exit) and started again on their new devices,
-resuming from their newest valid checkpoint.
+Each round (every ``round_s`` seconds, and at once when a job arrives, finishes or fails) takes one engine
+step (:func:`oak.engine.step`: the same :class:`~oak.model.snapshot.RoundSnapshot`, policy object, validation
+and placement the simulator uses), over a ledger (:class:`~oak.engine.ledger.JobsState`) filled with
+T_progress, T_ckpt and T_queue *measured* here, then enacts the plan's intents through its executor: STOP
+(SIGTERM: the job checkpoints and exits), START, and RESTART (stop, then start on the new devices, resuming
+from its newest valid checkpoint).
 
 Measurement (seconds of the run clock, between scheduler ticks of ``tick_s``):
 
@@ -17,9 +17,10 @@ Measurement (seconds of the run clock, between scheduler ticks of ``tick_s``):
 Progress is mapped onto the scoring application's scale: ``progress = step / target_steps × total`` so that the
 goodput model's epoch and the snapshot's remaining work follow the real job.
 
-Failures: in grid interval k a running job is killed with SIGKILL at k·round_s + round_s·v if u < λ, with
-(u, v) the simulator's counter-based uniforms for (seed, job, k) — the same failure stream the simulator draws
-for that workload and seed. Workers that die on their own are failures too.
+Failures: the simulator's failure model (:mod:`oak.failures`, per job: in grid interval k a running job is
+killed with SIGKILL at (k + v)·round_s if u < λ, with (u, v) the counter-based draws for (seed, job, k)) —
+the same failure events the simulator draws for that workload and seed. Workers that die on their own are
+failures too.
 
 State is committed to ``RUN_DIR/state.sqlite`` (:mod:`oak.runtime.store`) on every change, so a scheduler
 killed at any point resumes with ``oak run`` on the same run directory.
@@ -42,7 +43,9 @@ from typing import Any
 import numpy as np
 
 from oak.catalog import Catalog
+from oak.engine import ClusterModel, Intent, JobResult, JobsState, RunResult, step
 from oak.errors import OakInputError
+from oak.failures import FailureStream, PerJobBernoulli, rng
 from oak.model.cluster import Cluster, homogeneous_cluster
 from oak.model.job import JobSpec
 from oak.policies.base import Policy
@@ -50,9 +53,6 @@ from oak.runtime.executor import Executor, Launch, LocalExecutor
 from oak.runtime.jobs_file import JobsFile, RuntimeJob
 from oak.runtime.launch import log_tail
 from oak.runtime.store import JobRecord, RunStore
-from oak.sim import rng
-from oak.sim.metrics import JobResult, RunResult
-from oak.sim.simulator import JobsState, Simulator
 from oak.workloads import Workload
 
 Progress = Callable[[float, int, int], None]
@@ -83,6 +83,7 @@ class RuntimeOptions:
     stall_s: float = 180.0
     max_retries: int = 3
     retry_backoff_s: float = 30.0
+    retry_failed: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
@@ -121,6 +122,8 @@ class _Live:
 
     fired: set[tuple[int, int]] = field(default_factory=set)
     last_round_k: int = -1
+    heard: dict[str, tuple[float | None, float]] = field(default_factory=dict)
+    """Job → (its last status's ``updated_at``, when this scheduler first saw it; at launch: when launched)."""
 
 
 class RuntimeScheduler:
@@ -159,9 +162,11 @@ class RuntimeScheduler:
                 for j in self.jobs
             ),
         )
-        self.model = Simulator(workload, runtime_cluster(opts), self.catalog)
+        self.model = ClusterModel(workload, runtime_cluster(opts), self.catalog)
         self.names = [j.name for j in self.jobs]
         self.keys = np.array([rng.job_key(n) for n in self.names], dtype=np.uint64)
+        self.failure_stream = FailureStream(opts.seed, self.keys, opts.round_s)
+        self.failure_model = PerJobBernoulli(opts.failure_rate)
         self.store = RunStore(self.run_dir / "state.sqlite")
         self.decision_ms: list[float] = []
         self.records: list[JobRecord] = []
@@ -271,6 +276,8 @@ class RuntimeScheduler:
             records = [saved.get(n, JobRecord(n)) for n in self.names]
             for r in records:
                 self._reap_orphans(r)
+                if self.opts.retry_failed and r.gave_up is not None:
+                    r.gave_up, r.fail_streak, r.retry_at_s = None, 0, 0.0
             self.store.save(records, {"resumed": int(meta.get("resumed", 0)) + 1})
             return records, float(meta["start_wall"])
         records = [JobRecord(n) for n in self.names]
@@ -322,6 +329,9 @@ class RuntimeScheduler:
                 r.step = max(r.step, step) if r.ready else r.step
                 with contextlib.suppress(TypeError, ValueError):
                     reported = float(status.get("updated_at"))  # type: ignore[arg-type]
+            if reported is not None and self._live.heard.get(job.name, (None, 0.0))[0] != reported:
+                # a new status, timed on this scheduler's clock (the worker's host clock may differ: Ray nodes)
+                self._live.heard[job.name] = (reported, time.time())
             if r.ready:
                 r.t_progress_s += dt
             else:
@@ -330,14 +340,15 @@ class RuntimeScheduler:
                 r.gpu_s_lost += g * dt
             state = self.executor.state(job.name)
             if state == "running":
-                since = max(self._start_wall + r.launched_at_s, reported or 0.0)
+                last, since = self._live.heard.get(job.name, (None, time.time()))
                 silent = time.time() - since
                 if silent > self.opts.stall_s:
-                    what = "no status since its launch" if reported is None else "its status stopped updating"
+                    what = "no status since its launch" if last is None else "its status stopped updating"
                     self._fail(job, r, now, f"stalled: {what} for {silent:,.0f} s (> {self.opts.stall_s:g} s)", g)
                     changed = True
             elif state == "done":
                 self.executor.kill(job.name)
+                self._live.heard.pop(job.name, None)
                 r.step = job.target_steps
                 r.unplace()
                 r.done, r.finish_s = True, now
@@ -360,12 +371,14 @@ class RuntimeScheduler:
     ) -> None:
         """A failure of the job's own (not an injected one): kill what is left of it, count it, and give up on
         it after a usage error or ``max_retries`` failures in a row without progress; else back off."""
-        progressed = r.ready and r.step > r.launch_step
         self.executor.kill(job.name)
-        self._release(job, r)
+        stuck = self.executor.unreaped(job.name)
+        progressed = self._release(job, r)
         r.failures += 1
         r.fail_streak = 0 if progressed else r.fail_streak + 1
         tail = log_tail(self.job_dir(job), max(1, ranks))
+        if stuck:
+            why += f"; rank process(es) {stuck} not reaped after SIGKILL (stuck in the kernel or GPU driver)"
         if usage_error:
             r.gave_up = f"its workers reported an input error ({why})"
         elif r.fail_streak >= self.opts.max_retries:
@@ -374,9 +387,18 @@ class RuntimeScheduler:
             r.retry_at_s = now + min(self.opts.retry_backoff_s * 2 ** (r.fail_streak - 1), MAX_BACKOFF_S)
         self.failure_notes[job.name] = (r.gave_up or why) + (f"\n{tail}" if tail else "")
 
-    def _release(self, job: RuntimeJob, r: JobRecord) -> None:
+    def _release(self, job: RuntimeJob, r: JobRecord) -> bool:
+        """The job holds nothing now; its step is its newest checkpoint's. Returns whether this incarnation
+        made durable progress (a checkpoint beyond the step it resumed from), which ends a run of failures
+        without progress however the incarnation ended (own failure, injected kill, stop)."""
+        was_placed = r.launched_at_s is not None
         r.unplace()
+        self._live.heard.pop(job.name, None)
         self._read_step(job, r)
+        progressed = was_placed and r.step > r.launch_step
+        if progressed:
+            r.fail_streak = 0
+        return progressed
 
     def _read_step(self, job: RuntimeJob, r: JobRecord) -> None:
         """Set the job's step to its newest checkpoint's (a file with its checksum sidecar): what a restart
@@ -385,16 +407,17 @@ class RuntimeScheduler:
         r.step = min(newest_checkpoint_step(self.job_dir(job)), job.target_steps)
 
     def _inject_failures(self, records: list[JobRecord], now: float) -> bool:
-        lam = self.opts.failure_rate
-        if lam <= 0:
+        if self.failure_model.rate <= 0:
             return False
         k = math.floor(now / self.opts.round_s)
-        u = rng.uniforms(self.opts.seed, rng.STREAM_FAILURE, self.keys, k)
-        v = rng.uniforms(self.opts.seed, rng.STREAM_FAILURE_OFFSET, self.keys, k)
+        u, at = self.failure_stream.interval(k)
+        held = np.array([len(r.devices) if r.launched_at_s is not None else 0 for r in records], dtype=np.int64)
+        p = self.failure_model.probability(held)
         hit = False
         for i, (job, r) in enumerate(zip(self.jobs, records, strict=True)):
-            at = (k + v[i]) * self.opts.round_s
-            if r.launched_at_s is None or u[i] >= lam or now < at or (i, k) in self._live.fired:
+            if held[i] == 0 or u[i] >= (p if isinstance(p, float) else p[i]) or now < at[i]:
+                continue
+            if (i, k) in self._live.fired:
                 continue
             self._live.fired.add((i, k))
             self.executor.kill(job.name)
@@ -421,24 +444,13 @@ class RuntimeScheduler:
         self._fill_state(records, st)
         waiting_out = np.array([r.retry_at_s > 0 for r in records], dtype=bool)  # backing off: not placed
         active = np.flatnonzero(st.arrived & ~st.done & ~waiting_out)
-        snap = self.model.snapshot(st, now, active, bool(getattr(self.policy, "needs_node_goodput", False)))
-        start = time.perf_counter()
-        alloc = self.policy.decide(snap)
-        ms = (time.perf_counter() - start) * 1e3
+        plan = step(self.model, st, now, active, self.policy)
+        ms = plan.decision_ms
         self.decision_ms.append(ms)
-        st.policy_state = alloc.state
-        shapes, placed = self.model.plan(snap, alloc, self.policy.name, st, active)
-        stops: list[int] = []
-        starts: list[tuple[int, int, tuple[int, ...]]] = []
-        for pos, i in enumerate(active.tolist()):
-            new, devs = int(shapes[pos]), tuple(int(g) for g in placed[pos])
-            r = records[i]
-            if new == r.shape and devs == tuple(r.devices):
-                continue
-            if r.launched_at_s is not None:
-                stops.append(i)
-            if new >= 0:
-                starts.append((i, new, devs))
+        st.policy_state = plan.allocation.state
+        stops = [it.job for it in plan.intents if it.intent in (Intent.STOP, Intent.RESTART, Intent.RELOCATE)]
+        stops = [i for i in stops if records[i].launched_at_s is not None]
+        starts = [it for it in plan.intents if it.intent in (Intent.START, Intent.RESTART, Intent.RELOCATE)]
         if stops:
             t0 = time.perf_counter()
             results = self.executor.stop([self.names[i] for i in stops], self.opts.stop_timeout_s)
@@ -452,8 +464,8 @@ class RuntimeScheduler:
                     r.done, r.finish_s = True, now + spent
                 elif results.get(self.names[i]) == "failed":
                     r.failures += 1
-        for i, shape, devs in starts:
-            r = records[i]
+        for it in starts:  # real processes cannot move without a restart: RELOCATE restarts too
+            i, r = it.job, records[it.job]
             if r.done:
                 continue
             job = self.jobs[i]
@@ -462,8 +474,10 @@ class RuntimeScheduler:
                 r.restarts += 1
             r.started = True
             r.incarnations += 1
+            devs = tuple(int(g) for g in it.gpus)
             self.executor.launch(Launch(job, self.job_dir(job), devs, self.opts.seed))
-            r.shape, r.config = shape, int(self.model.shape_config[shape])
+            self._live.heard[job.name] = (None, time.time())  # the stall clock starts once it is launched
+            r.shape, r.config = it.shape, it.config
             r.devices = list(devs)
             r.pids = self.executor.pids(job.name)
             r.launched_at_s = now

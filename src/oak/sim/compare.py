@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from oak.engine.metrics import RunResult
+from oak.engine.rules import PhysicsOptions
 from oak.model.cluster import cluster_preset
 from oak.policies import make_policy
-from oak.sim.metrics import RunResult
-from oak.sim.physics import PhysicsOptions
 from oak.sim.simulator import Simulator
 from oak.workloads import load_workload
 

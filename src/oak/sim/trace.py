@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from oak.engine.metrics import RunResult
 from oak.model.cluster import cluster_preset
 from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.placement.placer import GpuSet
@@ -14,7 +15,6 @@ from oak.policies import make_policy
 from oak.policies.sia import SIA_DEFAULT_RESTART_COST_S, SIA_RESTART_COST_S, sia_restart_factor
 from oak.scoring.utility import restart_factor_decomposed
 from oak.sim.compare import RunSpec
-from oak.sim.metrics import RunResult
 from oak.sim.simulator import Simulator
 from oak.workloads import load_workload
 

@@ -1,0 +1,278 @@
+"""The cluster model: configurations, shapes and goodput tables of a workload on a cluster; snapshot
+building; validation and placement of a policy's allocation. Backend-neutral: the simulator and every runtime
+backend use the same object (no I/O, no clock, no processes)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from oak.catalog import Catalog
+from oak.engine.ledger import JobsState
+from oak.engine.rules import PhysicsOptions
+from oak.engine.tables import JobTables
+from oak.errors import OakInputError
+from oak.failures import rng
+from oak.goodput.table import GoodputTable
+from oak.model.cluster import Cluster, cluster_preset
+from oak.model.config import Configuration, sia_configurations
+from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array, kept_while_restoring
+from oak.placement import place, place_replicas
+from oak.placement.placer import GpuSet
+from oak.workloads import Workload
+
+#: Limits on shapes outside Sia's configuration set (Pollux's repair: ≤ 16 nodes; Pollux/Sia: ≤ 64 replicas).
+MAX_NODES_PER_JOB = 16
+MAX_REPLICAS_PER_JOB = 64
+
+
+class ClusterModel:
+    """A workload on a cluster with the application catalog and the world's rules (``PhysicsOptions``):
+    everything a round needs that does not change while jobs run."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        cluster: Cluster | None = None,
+        catalog: Catalog | None = None,
+        physics: PhysicsOptions | None = None,
+    ) -> None:
+        self.workload = workload
+        self.cluster = cluster if cluster is not None else cluster_preset("paper-12")
+        self.catalog = catalog if catalog is not None else Catalog.load()
+        self.physics = physics if physics is not None else PhysicsOptions()
+        # Sia's tables stop at 64 GPUs (reference §3.4) and jobs at 64 replicas (§3.5): larger clusters add
+        # no larger configurations, only more of them.
+        self.configs: tuple[Configuration, ...] = tuple(
+            c for c in sia_configurations(self.cluster) if c.gpus <= MAX_REPLICAS_PER_JOB
+        )
+        types = self.cluster.gpu_types
+        self.config_type = np.array([types.index(c.gpu_type) for c in self.configs], dtype=np.int64)
+        self.config_gpus = np.array([c.gpus for c in self.configs], dtype=np.int64)
+        self.capacity = np.array([self.cluster.capacity(t) for t in types], dtype=np.int64)
+        self.node_type = np.array([types.index(n.gpu_type) for n in self.cluster.nodes], dtype=np.int64)
+        self.node_gpus = np.array([n.gpus for n in self.cluster.nodes], dtype=np.int64)
+        self.gpu_node = np.repeat(np.arange(len(self.cluster.nodes)), self.node_gpus)
+        self._build_shapes()
+        self.table = GoodputTable(
+            self.catalog, self.shape_nodes, self.shape_replicas, [types[t] for t in self.shape_type]
+        )
+        jobs = workload.jobs
+        self.n = len(jobs)
+        if self.n == 0:
+            raise OakInputError(f"workload {workload.name!r}: no jobs")
+        late = [j for j in jobs if j.submit_time_s >= self.physics.horizon_s]
+        if late:
+            raise OakInputError(
+                f"workload {workload.name!r}, job {late[0].name!r}: submitted at {late[0].submit_time_s:g} s, not "
+                f"before the horizon of {self.physics.horizon_s:g} s (--horizon); "
+                f"{len(late)} job(s) would never arrive"
+            )
+        self.apps = [self.catalog.app(j.application) for j in jobs]
+        self.tables = JobTables(self.table, self.apps)
+        self.names = np.array([j.name for j in jobs], dtype=object)
+        self.app_names = np.array([j.application for j in jobs], dtype=object)
+        self.keys = np.array([rng.job_key(j.name) for j in jobs], dtype=np.uint64)
+        self.penalty = np.array(
+            [
+                j.restart_penalty_s if j.restart_penalty_s is not None else a.restart_penalty_s
+                for j, a in zip(jobs, self.apps, strict=True)
+            ],
+            dtype=np.float64,
+        )
+        self.restore_delay = np.array([self.physics.restore_delay_s(p) for p in self.penalty])
+        self.total = np.array([a.total_progress for a in self.apps], dtype=np.float64)
+        self.calibration = np.array([a.calibration for a in self.apps], dtype=np.float64)
+        gpus = self.config_gpus[None, :]
+        lo = np.array([j.min_gpus for j in jobs])[:, None]
+        hi = np.array([j.max_gpus for j in jobs])[:, None]
+        per_app = {
+            a: [self.table.has_profile(a, c.gpu_type) for c in self.configs] for a in {j.application for j in jobs}
+        }
+        profiled = np.array([per_app[j.application] for j in jobs], dtype=bool).reshape(len(jobs), len(self.configs))
+        self.bounds = (gpus >= lo) & (gpus <= hi) & profiled
+        self.min_gpus = np.array([j.min_gpus for j in jobs], dtype=np.int64)
+        self.max_gpus = np.array([j.max_gpus for j in jobs], dtype=np.int64)
+        self.requested = np.array([j.requested_gpus for j in jobs], dtype=np.int64)
+        for i, j in enumerate(jobs):
+            ok = self.bounds[i] & (self.table.choices(j.application, 0).goodput[self.config_shape] > 0)
+            if not ok.any():
+                sizes = sorted({c.gpus for c in self.configs})
+                raise OakInputError(
+                    f"workload {workload.name!r}, job {j.name!r}: GPU bounds [{j.min_gpus}, {j.max_gpus}] admit no "
+                    f"feasible configuration of cluster {self.cluster.name!r} (GPU counts {sizes}, "
+                    f"application {j.application!r} profiled on {sorted(a for a in self.apps[i].gpus)})"
+                )
+
+    def _build_shapes(self) -> None:
+        """Every (GPU type, nodes N, GPUs R) a job may run on: Sia's configurations plus, for policies that place
+        replicas themselves, any N ≤ 16 nodes of one type holding R ≤ 64 GPUs (reference §3.5, §4.4)."""
+        shapes: dict[tuple[int, int, int], int] = {}
+        for ti, t in enumerate(self.cluster.gpu_types):
+            nodes = self.cluster.nodes_of(t)
+            per_node = min(n.gpus for n in nodes)
+            for n in range(1, min(len(nodes), MAX_NODES_PER_JOB) + 1):
+                for r in range(n, min(n * per_node, MAX_REPLICAS_PER_JOB) + 1):
+                    shapes.setdefault((ti, n, r), len(shapes))
+        for c, t in zip(self.configs, self.config_type, strict=True):
+            shapes.setdefault((int(t), c.nodes, c.gpus), len(shapes))
+        self.shape_index = shapes
+        arr = np.array(list(shapes), dtype=np.int64)
+        self.shape_type, self.shape_nodes, self.shape_replicas = arr[:, 0], arr[:, 1], arr[:, 2]
+        self.config_shape = np.array(
+            [shapes[(int(t), c.nodes, c.gpus)] for c, t in zip(self.configs, self.config_type, strict=True)],
+            dtype=np.int64,
+        )
+        self.shape_config = np.full(len(shapes), -1, dtype=np.int64)
+        self.shape_config[self.config_shape] = np.arange(len(self.configs))
+
+    def snapshot(self, st: JobsState, t: float, active: np.ndarray, needs_node_goodput: bool = False) -> RoundSnapshot:
+        """The policy's view of the active jobs at time t."""
+        e = self.tables.epochs(active, st.progress[active])
+        st.epoch[active] = e
+        rows = self.tables.rows(active, e)
+        shape_goodput = self.tables.goodput[rows]  # (J, S) raw goodput on every shape
+        raw = shape_goodput[:, self.config_shape]
+        valid = self.bounds[active] & (raw > 0)
+        max_gpus = self.max_gpus[active]
+        if self.physics.bootstrap or self.physics.exploration_cap:
+            valid, max_gpus = self._explorable(valid, st.max_run_gpus[active], max_gpus)
+        row_min = np.where(valid, raw, np.inf).min(axis=1)
+        good = np.where(valid, raw / np.where(np.isfinite(row_min), row_min, 1.0)[:, None], 0.0)
+        rate = self.tables.rate[rows][:, self.config_shape] / self.calibration[active, None]
+        node_goodput = None
+        if needs_node_goodput:
+            node_goodput = np.zeros(
+                (len(active), len(self.capacity), int(self.shape_nodes.max()) + 1, int(self.shape_replicas.max()) + 1)
+            )
+            node_goodput[:, self.shape_type, self.shape_nodes, self.shape_replicas] = shape_goodput
+        held = np.zeros((len(active), len(self.cluster.nodes)), dtype=np.int64)
+        owners = [pos for pos, i in enumerate(active) for _ in st.gpus[i]]
+        if owners:  # one scatter for all jobs' GPUs: GPUs held per (job, node)
+            gpu_ids = [g for i in active for g in st.gpus[i]]
+            np.add.at(held, (np.array(owners), self.gpu_node[gpu_ids]), 1)
+        snap = RoundSnapshot(
+            time_s=t,
+            configs=self.configs,
+            gpu_types=self.cluster.gpu_types,
+            config_type=self.config_type,
+            config_gpus=self.config_gpus,
+            capacity=self.capacity,
+            job_names=tuple(self.names[active].tolist()),
+            applications=tuple(self.app_names[active].tolist()),
+            goodput=frozen_array(good, np.float64),
+            valid=frozen_array(valid, bool),
+            t_progress_s=frozen_array(st.t_progress[active], np.float64),
+            t_ckpt_s=frozen_array(st.t_ckpt[active], np.float64),
+            t_queue_s=frozen_array(st.t_queue[active], np.float64),
+            age_s=frozen_array(t - st.submit[active], np.float64),
+            restarts=frozen_array(st.restarts[active], np.int64),
+            failures=frozen_array(st.failures[active], np.int64),
+            current=frozen_array(st.config[active], np.int64),
+            restoring=frozen_array((st.shape[active] >= 0) & (st.restore_left[active] > 0), bool),
+            restart_penalty_s=frozen_array(self.penalty[active], np.float64),
+            attained_gpu_s=frozen_array(st.gpu_s[active], np.float64),
+            min_gpus=frozen_array(self.min_gpus[active], np.int64),
+            max_gpus=frozen_array(max_gpus, np.int64),
+            requested_gpus=frozen_array(self.requested[active], np.int64),
+            progress_rate=frozen_array(np.where(valid, rate, 0.0), np.float64),
+            remaining_work=frozen_array(self.total[active] - st.progress[active], np.float64),
+            total_work=frozen_array(self.total[active], np.float64),
+            node_type=self.node_type,
+            node_gpus=self.node_gpus,
+            current_replicas=frozen_array(held, np.int64),
+            node_goodput=None if node_goodput is None else frozen_array(node_goodput, np.float64),
+            policy_state=st.policy_state,
+        )
+        return snap if self.physics.restores_preemptible else dataclasses.replace(snap, kept=kept_while_restoring(snap))
+
+    def _explorable(self, valid: np.ndarray, ran: np.ndarray, max_gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What the artifact's rules let a job be offered: only its smallest configurations before it has run
+        (bootstrap), at most 2× the most GPUs it has run on after (exploration cap); (valid, max GPUs)."""
+        gpus = self.config_gpus[None, :]
+        fewest = np.where(valid, gpus, np.iinfo(np.int64).max).min(axis=1)
+        limit = np.full(len(ran), np.iinfo(np.int64).max)
+        if self.physics.bootstrap:
+            limit = np.where(ran == 0, fewest, limit)
+        if self.physics.exploration_cap:
+            limit = np.where(ran > 0, np.maximum(2 * ran, fewest), limit)
+        return valid & (gpus <= limit[:, None]), np.minimum(max_gpus, limit)
+
+    def _per_node(self, gpus: GpuSet) -> tuple[int, tuple[int, ...]]:
+        """A placement's per-node shape: its GPU type and its sorted GPU counts per node."""
+        nodes = self.gpu_node[list(gpus)]
+        counts = np.bincount(nodes)
+        return int(self.node_type[nodes[0]]), tuple(sorted(counts[counts > 0].tolist()))
+
+    def plan(
+        self, snap: RoundSnapshot, alloc: Allocation, name: str, st: JobsState, active: np.ndarray
+    ) -> tuple[np.ndarray, list[GpuSet]]:
+        """Validate policy ``name``'s allocation and place it: each active job's shape index (−1: none) and GPU ids.
+
+        Raises RuntimeError on an allocation that breaks validity, capacity or the one-type rule."""
+        if alloc.replicas is not None:
+            return self._apply_replicas(snap, alloc, name, snap.time_s, active, st)
+        return self._apply_configs(snap, alloc, name, snap.time_s, active, st)
+
+    def _apply_configs(
+        self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: JobsState
+    ) -> tuple[np.ndarray, list[GpuSet]]:
+        choice = np.asarray(alloc.config, dtype=np.int64)
+        if choice.shape != (len(active),):
+            raise RuntimeError(f"policy {name!r} returned {choice.shape} choices for {len(active)} jobs")
+        if snap.kept is not None:
+            choice = self._hold_kept(snap, choice)
+        chosen = np.flatnonzero(choice >= 0)
+        if np.any(choice >= len(self.configs)) or not np.all(snap.valid[chosen, choice[chosen]]):
+            raise RuntimeError(f"policy {name!r} chose an invalid configuration at t={t}")
+        used = np.zeros(len(self.capacity), dtype=np.int64)
+        np.add.at(used, self.config_type[choice[chosen]], self.config_gpus[choice[chosen]])
+        if np.any(used > self.capacity):
+            raise RuntimeError(f"policy {name!r} exceeded GPU capacity at t={t}")
+        new_cfgs = [self.configs[c] if c >= 0 else None for c in choice]
+        old_cfgs = [self.configs[st.config[i]] if st.config[i] >= 0 else None for i in active]
+        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs)
+        shapes = np.where(choice >= 0, self.config_shape[np.maximum(choice, 0)], -1)
+        return shapes, placed
+
+    def _hold_kept(self, snap: RoundSnapshot, choice: np.ndarray) -> np.ndarray:
+        """The policy's choice with the world's kept configurations imposed; where that exceeds a capacity, the
+        other jobs whose configuration changed lose theirs, last job first, until it fits (a policy that honours
+        ``snap.kept`` is returned unchanged)."""
+        assert snap.kept is not None
+        out = np.where(snap.kept >= 0, snap.kept, choice)
+        if np.array_equal(out, choice):
+            return choice
+        for pos in reversed(np.flatnonzero((out >= 0) & (snap.kept < 0) & (out != snap.current)).tolist()):
+            used = np.zeros(len(self.capacity), dtype=np.int64)
+            on = out >= 0
+            np.add.at(used, self.config_type[out[on]], self.config_gpus[out[on]])
+            if np.all(used <= self.capacity):
+                break
+            out[pos] = -1
+        return out
+
+    def _apply_replicas(
+        self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: JobsState
+    ) -> tuple[np.ndarray, list[GpuSet]]:
+        rep = np.asarray(alloc.replicas, dtype=np.int64)
+        if rep.shape != (len(active), len(self.cluster.nodes)) or np.any(rep < 0):
+            raise RuntimeError(f"policy {name!r} returned replicas of shape {rep.shape} (or negative) at t={t}")
+        if np.any(rep.sum(axis=0) > self.node_gpus):
+            raise RuntimeError(f"policy {name!r} exceeded a node's GPUs at t={t}")
+        shapes = np.full(len(active), -1, dtype=np.int64)
+        for pos in range(len(active)):
+            used = np.flatnonzero(rep[pos])
+            if len(used) == 0:
+                continue
+            types = set(self.node_type[used].tolist())
+            key = (int(self.node_type[used[0]]), len(used), int(rep[pos].sum()))
+            shape = self.shape_index.get(key, -1)
+            i = active[pos]
+            feasible = shape >= 0 and self.table.choices(self.apps[i].name, int(st.epoch[i])).goodput[shape] > 0
+            if len(types) > 1 or not feasible or not snap.min_gpus[pos] <= key[2] <= snap.max_gpus[pos]:
+                raise RuntimeError(f"policy {name!r} gave job {snap.job_names[pos]!r} an invalid placement at t={t}")
+            shapes[pos] = shape
+        placed = place_replicas(self.cluster, rep.tolist(), [st.gpus[i] for i in active])
+        return shapes, placed

@@ -1,0 +1,88 @@
+"""One round of the engine: ``step(model, ledger, now, policy) -> Plan``.
+
+The policy sees an immutable snapshot and returns an allocation; the engine validates and places it with
+the cluster model and returns, per active job, an intent — what a backend must do to make the allocation
+true (Ray autoscaler v2's ``schedule(request) -> reply``). The backend (the simulator, the local or Ray
+runtime) enacts the intents and updates the ledger; the engine never acts.
+
+| intent | the job | the backend |
+|---|---|---|
+| ``KEEP`` | keeps what it holds (or keeps waiting) | nothing |
+| ``START`` | held nothing, gets a shape on GPUs | start it (it restores from its checkpoint) |
+| ``STOP`` | held GPUs, gets none | stop it (checkpoint, release) |
+| ``RESTART`` | held GPUs, gets another shape or other GPUs | stop it, start it on the new GPUs |
+| ``RELOCATE`` | gets other GPUs of the same per-node shape, under ``restart_on="shape"`` | move it without a restart (the Sia artifact's rule) |
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from oak.engine.ledger import JobsState
+from oak.engine.model import ClusterModel
+from oak.model.snapshot import Allocation, RoundSnapshot
+from oak.placement.placer import GpuSet
+from oak.policies.base import Policy, needs_node_goodput
+
+
+class Intent(enum.Enum):
+    KEEP = "keep"
+    START = "start"
+    STOP = "stop"
+    RESTART = "restart"
+    RELOCATE = "relocate"
+
+
+@dataclass(frozen=True)
+class JobIntent:
+    """What job ``job`` (its index in the ledger) must do: its new shape (−1: none), configuration and GPUs."""
+
+    job: int
+    intent: Intent
+    shape: int
+    config: int
+    gpus: GpuSet
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The reply of one round: the snapshot the policy saw, its allocation, the decision time and the intents
+    of the active jobs (in the snapshot's order)."""
+
+    snapshot: RoundSnapshot
+    allocation: Allocation
+    placed: list[GpuSet]
+    decision_ms: float
+    intents: tuple[JobIntent, ...]
+
+
+def step(model: ClusterModel, st: JobsState, now: float, active: np.ndarray, policy: Policy) -> Plan:
+    """Decide the round at ``now`` for the ``active`` jobs of the ledger ``st`` (read only)."""
+    snap = model.snapshot(st, now, active, needs_node_goodput(policy))
+    start = time.perf_counter()
+    alloc = policy.decide(snap)
+    ms = (time.perf_counter() - start) * 1e3
+    shapes, placed = model.plan(snap, alloc, policy.name, st, active)
+    relocate = model.physics.restart_on == "shape"
+    intents = []
+    for pos, i in enumerate(active.tolist()):
+        new, gpus, had = int(shapes[pos]), placed[pos], int(st.shape[i])
+        if new < 0:
+            kind = Intent.STOP if had >= 0 else Intent.KEEP
+            intents.append(JobIntent(i, kind, -1, -1, ()))
+            continue
+        config = int(model.shape_config[new])
+        if new == had and gpus == st.gpus[i]:
+            kind = Intent.KEEP
+        elif had < 0:
+            kind = Intent.START
+        elif relocate and model._per_node(st.gpus[i]) == model._per_node(gpus):
+            kind = Intent.RELOCATE
+        else:
+            kind = Intent.RESTART
+        intents.append(JobIntent(i, kind, new, config, gpus))
+    return Plan(snap, alloc, placed, ms, tuple(intents))

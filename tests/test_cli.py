@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from support.cli import oak
 
 RUN_KEYS = {
     "policy", "workload", "failure_rate", "seed", "mean_jct_s", "median_jct_s", "p99_jct_s", "max_jct_s",
     "makespan_s", "restarts_per_job", "decision_ms_mean", "decision_ms_p95", "rounds", "jobs",
 }  # fmt: skip
 JOB_KEYS = {"name", "jct_s", "restarts", "failures", "t_progress_s", "t_ckpt_s", "t_queue_s"}
-
-
-def oak(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from oak.cli.main import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
 
 
 def test_compare_writes_documented_json(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from oak.engine import ClusterModel, Intent, JobsState, Phase, step
 from oak.failures import FailureStream, PerGpuBernoulli, PerJobBernoulli, failure_model, rng
 from oak.model.snapshot import Allocation, RoundSnapshot
-from oak.policies import make_policy
+from oak.policies import REGISTRY, PolicyBase, make_policy
 from oak.runtime.executor import Executor, LocalExecutor
 from oak.workloads import load_workload
 
@@ -59,11 +59,10 @@ def test_phases_follow_the_ledger() -> None:
     ]
 
 
-class _Nothing:
+class _Nothing(PolicyBase):
     """Allocates nothing: every job that holds GPUs must be stopped."""
 
     name = "nothing"
-    reads_clock = False
 
     def decide(self, snap: RoundSnapshot) -> Allocation:
         return Allocation(config=np.full(len(snap.job_names), -1, dtype=np.int64))
@@ -134,3 +133,16 @@ def test_every_executor_implements_every_declared_method(impl: str) -> None:
         want = list(inspect.signature(getattr(Executor, name)).parameters)
         got = list(inspect.signature(getattr(cls, name)).parameters)
         assert got[: len(want)] == want, (cls.__name__, name, got, want)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_registered_policy_declares_its_capabilities(name: str) -> None:
+    """One registry: each entry builds a policy of its own name that declares both capabilities as booleans,
+    has a label and a relative cost, and is stochastic exactly when it takes a seed."""
+    spec = REGISTRY[name]
+    policy = spec.make(seed=0, solver="auto")
+    assert policy.name == name
+    assert isinstance(policy.reads_clock, bool) and isinstance(policy.needs_node_goodput, bool)
+    assert spec.label and spec.description and spec.cost > 0
+    assert spec.stochastic == (name in ("pollux", "hybrid-oak"))
+    assert policy.needs_node_goodput == (name == "pollux")

@@ -19,7 +19,7 @@ from oak.model.snapshot import RoundSnapshot
 from oak.policies.hybrid import HybridOakPolicy, HybridProblem, kernel_arrays, solve_numba
 from oak.policies.nsga import job_order, policy_rng
 from oak.scoring import UtilityParams, utility_matrix
-from test_hybrid import MIXED_12, PAPER_12, check_feasible, milp_optimum, random_snapshot
+from support.snapshots import MIXED_12, PAPER_12, check_feasible, milp_optimum, random_snapshot
 
 hybrid_kernel = pytest.importorskip("oak.policies.hybrid_kernel")
 

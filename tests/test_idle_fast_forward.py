@@ -11,7 +11,7 @@ import pytest
 from oak.engine.metrics import RunResult
 from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.policies import make_policy
-from oak.policies.base import Policy, reads_clock
+from oak.policies.base import Policy, PolicyBase
 from oak.sim import PhysicsOptions, Simulator
 from oak.workloads import load_workload
 
@@ -81,8 +81,9 @@ def test_clock_reading_policy_unchanged() -> None:
 
 
 @dataclass
-class _Opaque:
-    """Wraps a policy without declaring ``reads_clock``: the simulator must assume it reads the clock."""
+class _Opaque(PolicyBase):
+    """Wraps a policy without overriding ``reads_clock`` (PolicyBase's default, True): the simulator must treat
+    it as reading the clock, even though the policy it wraps does not."""
 
     inner: Policy
     calls: int = 0
@@ -99,7 +100,7 @@ class _Opaque:
 def test_policy_without_attribute_is_never_fast_forwarded() -> None:
     fast, slow = _pair("medium", PhysicsOptions(horizon_s=60_000.0))
     opaque = _Opaque(make_policy("oak-no-age"))
-    assert reads_clock(opaque)
+    assert opaque.reads_clock
     a = fast.run(opaque, 0.1, 0)
     b = slow.run(make_policy("oak-no-age"), 0.1, 0)
     assert _key(a) == _key(b)
@@ -118,12 +119,12 @@ def test_observer_disables_fast_forward() -> None:
 
 
 def test_reads_clock_declarations() -> None:
-    assert reads_clock(object())  # missing attribute ⇒ reads the clock
-    assert not reads_clock(make_policy("oak-no-age"))
-    assert not reads_clock(make_policy("goodput"))
-    assert not reads_clock(make_policy("oak-no-age", restart_factor="off"))
-    assert reads_clock(make_policy("oak-no-age", restart_factor="aggregate"))  # reads age_s
-    assert reads_clock(make_policy("oak-no-age", restart_factor="sia"))  # reads age_s
+    assert PolicyBase().reads_clock and not PolicyBase().needs_node_goodput  # the defaults
+    assert not make_policy("oak-no-age").reads_clock
+    assert not make_policy("goodput").reads_clock
+    assert not make_policy("oak-no-age", restart_factor="off").reads_clock
+    assert make_policy("oak-no-age", restart_factor="aggregate").reads_clock  # reads age_s
+    assert make_policy("oak-no-age", restart_factor="sia").reads_clock  # reads age_s
     for name in (
         "oak-paper",
         "oak-no-restart",
@@ -136,7 +137,7 @@ def test_reads_clock_declarations() -> None:
         "gavel",
         "drf",
     ):
-        assert reads_clock(make_policy(name, seed=0)), name
-    assert reads_clock(make_policy("oak"))  # the product's waiting guard reads time_s and age_s
-    assert not reads_clock(make_policy("oak", max_wait_s=math.inf))  # without the guard and the age key
-    assert reads_clock(make_policy("oak", age_key=True, max_wait_s=math.inf))
+        assert make_policy(name, seed=0).reads_clock, name
+    assert make_policy("oak").reads_clock  # the product's waiting guard reads time_s and age_s
+    assert not make_policy("oak", max_wait_s=math.inf).reads_clock  # without the guard and the age key
+    assert make_policy("oak", age_key=True, max_wait_s=math.inf).reads_clock

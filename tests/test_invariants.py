@@ -30,8 +30,7 @@ from oak.policies.oak import OakPolicy
 from oak.scoring import RestartFactor, UtilityParams, restart_factor_decomposed, utility_matrix
 from oak.sim import Simulator
 from oak.workloads import load_workload
-from test_hybrid import MIXED_12, PAPER_12, random_snapshot
-from test_pollux import uniform_goodput
+from support.snapshots import MIXED_12, PAPER_12, random_snapshot, uniform_goodput
 
 #: Counters (seconds, GPU-seconds) as they may reach a policy: zero, tiny, ordinary and huge.
 EXTREME = (0.0, 1e-9, 1.0, 30.0, 1e9)

@@ -24,6 +24,7 @@ from oak.policies.pollux import (
 )
 from oak.sim import Simulator
 from oak.workloads import load_workload
+from support.snapshots import uniform_goodput
 
 
 def make_snapshot(
@@ -83,18 +84,6 @@ def make_snapshot(
         node_goodput=frozen_array(node_goodput, np.float64),
         policy_state=policy_state,
     )
-
-
-def uniform_goodput(cluster: Cluster, jobs: int, value: float = 1.0) -> np.ndarray:
-    """Positive goodput on every (type, N ≤ nodes of that type, N ≤ R ≤ GPUs on N nodes)."""
-    types = cluster.gpu_types
-    k, total = len(cluster.nodes), cluster.total_gpus
-    ng = np.zeros((jobs, len(types), k + 1, total + 1))
-    for t, name in enumerate(types):
-        per = max(n.gpus for n in cluster.nodes_of(name))
-        for n in range(1, len(cluster.nodes_of(name)) + 1):
-            ng[:, t, n, n : n * per + 1] = value * np.arange(n, n * per + 1) ** 0.8
-    return ng
 
 
 # ---------------------------------------------------------------- (a) repair feasibility
@@ -399,7 +388,7 @@ def test_bad_parameters_are_rejected(kwargs: dict[str, Any]) -> None:
 def test_registry_and_job_order() -> None:
     pol = make_policy("pollux", solver="highs", population=8)
     assert isinstance(pol, PolluxPolicy) and pol.population == 8 and pol.name == "pollux"
-    assert PolluxPolicy.needs_node_goodput is True
+    assert PolluxPolicy().needs_node_goodput is True
     cluster = homogeneous_cluster("aws", 1, 4)
     snap = make_snapshot(cluster, uniform_goodput(cluster, 4), attained=[5, 0, 0, 5], age_s=[1, 2, 3, 9])
     assert job_order(snap).tolist() == [2, 1, 3, 0]

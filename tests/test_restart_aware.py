@@ -20,7 +20,7 @@ from oak.policies.restart_aware import RestartAwareOakPolicy, WaitLedger, move_f
 from oak.scoring import UtilityParams
 from oak.sim import PhysicsOptions, Simulator
 from oak.workloads import Workload, load_workload
-from test_hybrid import MIXED_12, PAPER_12, check_feasible, random_snapshot
+from support.snapshots import MIXED_12, PAPER_12, check_feasible, random_snapshot
 
 
 def _held_snapshot(seed: int, cluster: object = PAPER_12, jobs: int = 4) -> RoundSnapshot:

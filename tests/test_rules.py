@@ -14,13 +14,13 @@ from oak.engine.rules import RULES, SIA_ARTIFACT_RULES, rules_of, with_rules
 from oak.errors import OakInputError
 from oak.model.job import JobSpec
 from oak.model.snapshot import Allocation, RoundSnapshot
-from oak.policies import make_policy
+from oak.policies import PolicyBase, make_policy
 from oak.policies.sia import SiaPolicy
 from oak.sim import PhysicsOptions, Simulator
 from oak.sim.compare import RunSpec
 from oak.sim.trace import TRACE_COLUMNS, run_traced
 from oak.workloads import Workload, load_workload
-from test_cli import oak
+from support.cli import oak
 
 ARTIFACT = with_rules(PhysicsOptions(), "sia-artifact")
 
@@ -102,12 +102,11 @@ def test_failure_restarts_add_that_many() -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Hopper:
+class _Hopper(PolicyBase):
     """Places its one job on 2 GPUs of node 0 in even rounds and of node 1 in odd ones: the same per-node shape
     on other nodes every round."""
 
     name: str = "hopper"
-    reads_clock: bool = True
 
     def decide(self, snap: RoundSnapshot) -> Allocation:
         rep = np.zeros((snap.num_jobs, len(snap.node_gpus)), dtype=np.int64)

@@ -21,7 +21,7 @@ from oak.runtime.executor import Launch  # noqa: E402
 from oak.runtime.jobs_file import RuntimeJob, parse_jobs  # noqa: E402
 from oak.runtime.ray_executor import RayExecutor  # noqa: E402
 from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler, newest_checkpoint_step  # noqa: E402
-from test_runtime_scheduler import _check_done  # noqa: E402  (same completion check as the local executor)
+from support.runtime import check_done  # noqa: E402  (same completion check as the local executor)
 
 TWO_JOBS = """
 jobs:
@@ -86,7 +86,7 @@ def test_scheduler_completes_two_jobs_on_ray(tmp_path: Path) -> None:
     executor = RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
     result = RuntimeScheduler(jobs, make_policy("oak"), tmp_path / "run", opts, executor=executor).run()
     assert all(j.jct_s is not None for j in result.jobs), result.jobs
-    _check_done(tmp_path / "run", {"a": 120, "b": 100})
+    check_done(tmp_path / "run", {"a": 120, "b": 100})
     assert _live_groups() == []  # every incarnation's placement group was removed
     with sqlite3.connect(tmp_path / "run" / "state.sqlite") as con:
         rounds = [json.loads(a) for (a,) in con.execute("SELECT allocation FROM rounds")]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -21,6 +20,7 @@ from oak.errors import OakInputError
 from oak.policies import make_policy
 from oak.runtime.jobs_file import parse_jobs
 from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
+from support.runtime import check_done
 
 TWO_JOBS = """
 jobs:
@@ -29,20 +29,6 @@ jobs:
   - {name: b, model: tiny, target_steps: 200, min_gpus: 1, max_gpus: 2, submit_s: 2, batch_size: 32,
      ckpt_every: 20, restart_penalty_s: 10}
 """
-
-
-def _steps_in_loss(job_dir: Path) -> set[int]:
-    with open(job_dir / "loss.csv", encoding="utf-8") as fh:
-        return {int(row["step"]) for row in csv.DictReader(fh)}
-
-
-def _check_done(run_dir: Path, targets: dict[str, int]) -> None:
-    for name, target in targets.items():
-        job_dir = run_dir / "jobs" / name
-        assert (job_dir / "done").is_file(), f"{name} has no done marker"
-        status = json.loads((job_dir / "status.json").read_text())
-        assert status["step"] == target and status["done"] is True
-        assert _steps_in_loss(job_dir) == set(range(1, target + 1))
 
 
 #: A failure seed whose stream (the simulator's, keyed by job name) fires for job "a" in each of the first eight
@@ -70,7 +56,7 @@ def test_jobs_complete_under_failures_and_counters_grow(tmp_path: Path) -> None:
         )
         sched = RuntimeScheduler(jobs, make_policy("oak"), tmp_path / f"l{lam}", opts)
         runs[lam] = sched.run()
-        _check_done(tmp_path / f"l{lam}", {"a": 240, "b": 200})
+        check_done(tmp_path / f"l{lam}", {"a": 240, "b": 200})
     calm, stormy = runs[0.0], runs[0.5]
     assert all(j.jct_s is not None for j in calm.jobs + stormy.jobs)
     assert sum(j.failures for j in calm.jobs) == 0
@@ -140,7 +126,7 @@ def test_scheduler_sigkill_resumes_every_job(tmp_path: Path) -> None:
     assert second.returncode == 0, second.stdout + second.stderr
     for pid in orphans:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
-    _check_done(run_dir, {"a": 400, "b": 360})
+    check_done(run_dir, {"a": 400, "b": 360})
     with sqlite3.connect(db) as con:
         meta = dict(con.execute("SELECT key, value FROM meta"))
     assert json.loads(meta["resumed"]) == 1
@@ -197,7 +183,7 @@ def test_corrupt_newest_checkpoint_is_skipped_and_counted(tmp_path: Path) -> Non
     sched = RuntimeScheduler(jobs, make_policy("sia"), run_dir, opts)
     second = sched.run()
     assert second.jobs[0].jct_s is not None
-    _check_done(run_dir, {"c": 3000})
+    check_done(run_dir, {"c": 3000})
     assert sched.records[0].corrupt_skipped >= 1
     step = [int(p.stem.split("-")[1]) for p in ckpts]
     assert sched.records[0].lost_steps == step[-1] - step[-2]

@@ -12,13 +12,17 @@ import typer
 from rich.table import Table
 
 from oak.cli.main import JsonOpt, _fail, bench_app, console
+from oak.policies.base import PolicyBase
 
 
-class _Recorder:
+class _Recorder(PolicyBase):
     """OAK's decisions, with every snapshot recorded (including the per-shape goodput Pollux needs)."""
 
-    needs_node_goodput = True
     name = "oak"
+
+    @property
+    def needs_node_goodput(self) -> bool:
+        return True
 
     def __init__(self, limit: int) -> None:
         from oak.policies import make_policy

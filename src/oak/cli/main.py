@@ -20,6 +20,7 @@ from rich.progress import (
 from rich.table import Table
 
 from oak.errors import OakInputError
+from oak.model.cluster import cluster_preset_help
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="OAK: restart- and age-aware GPU cluster scheduling."
@@ -93,27 +94,16 @@ def _physics(
     return with_rules(base, rules)
 
 
-#: Policies with the paper's utility parameters (p, α, K_max, μ_na); the product's ``oak`` takes p only.
-PAPER_FAMILY = (
-    "oak-paper",
-    "goodput",
-    "oak-no-age",
-    "oak-no-restart",
-    "oak-aggregate",
-    "oak-sia-factor",
-    "hybrid-oak",
-)
-OAK_FAMILY = ("oak", *PAPER_FAMILY)
-GA_POLICIES = ("pollux", "hybrid-oak")
-
-
 def _policy_params(policies: list[str], solver: str, **given: Any) -> dict[str, tuple[tuple[str, Any], ...]]:
     """Per policy, the parameters the command line sets for it. p applies to the OAK family, alpha, k_max and
     mu_na to the paper's reading and its ablations, population/generations to the NSGA-II policies; a parameter that applies
     to none of the chosen policies is an error rather than silently ignored."""
-    scope: dict[str, tuple[str, ...]] = {"p": OAK_FAMILY, "alpha": PAPER_FAMILY, "k_max": PAPER_FAMILY}
-    scope["mu_na"] = PAPER_FAMILY
-    scope.update({"population": GA_POLICIES, "generations": GA_POLICIES})
+    from oak.policies import REGISTRY
+
+    scope = {
+        key: tuple(n for n, spec in REGISTRY.items() if key in spec.params)
+        for key in ("p", "alpha", "k_max", "mu_na", "population", "generations")
+    }
     out: dict[str, tuple[tuple[str, Any], ...]] = {}
     for key, val in given.items():
         if val is not None and not any(pol in scope[key] for pol in policies):
@@ -170,11 +160,7 @@ SolverOpt = Annotated[
 ]
 #: The presets of ``oak.model.cluster.CLUSTER_PRESETS`` (spelled out so that ``oak --help`` does not import numpy;
 #: a test checks that every preset is named).
-CLUSTER_HELP = (
-    "Cluster preset: paper-12 (3 nodes x 4 aws/T4 GPUs), sia-64 (Sia's heterogeneous 64 GPUs: 6x4 aws/T4, "
-    "2x8 dgx-ext/A100, 3x8 rtx/2080Ti). Append xK (K a positive integer) to multiply every node count by K, "
-    "e.g. sia-64x32 = 2,048 GPUs."
-)
+CLUSTER_HELP = "Cluster preset: " + cluster_preset_help()  # generated from the presets, not restated
 ClusterOpt = Annotated[str, typer.Option(help=CLUSTER_HELP)]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the runs as JSON to this path.")]
 PopulationOpt = Annotated[

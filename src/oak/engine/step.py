@@ -26,7 +26,7 @@ from oak.engine.ledger import JobsState
 from oak.engine.model import ClusterModel
 from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.placement.placer import GpuSet
-from oak.policies.base import Policy, needs_node_goodput
+from oak.policies.base import Policy
 
 
 class Intent(enum.Enum):
@@ -62,7 +62,7 @@ class Plan:
 
 def step(model: ClusterModel, st: JobsState, now: float, active: np.ndarray, policy: Policy) -> Plan:
     """Decide the round at ``now`` for the ``active`` jobs of the ledger ``st`` (read only)."""
-    snap = model.snapshot(st, now, active, needs_node_goodput(policy))
+    snap = model.snapshot(st, now, active, policy.needs_node_goodput)
     start = time.perf_counter()
     alloc = policy.decide(snap)
     ms = (time.perf_counter() - start) * 1e3

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oak.model.snapshot import Allocation, IntArray, RoundSnapshot
+from oak.policies.base import PolicyBase
 from oak.policies.rigid import fairness_order, rigid_config
 
 
@@ -66,7 +67,7 @@ def drf_shares(
 
 
 @dataclass(frozen=True)
-class DrfPolicy:
+class DrfPolicy(PolicyBase):
     """Dominant Resource Fairness on GPU counts, up to each job's max_gpus."""
 
     name: str = "drf"

@@ -16,6 +16,7 @@ import numpy as np
 from scipy.optimize import linprog
 
 from oak.model.snapshot import Allocation, FloatArray, IntArray, RoundSnapshot
+from oak.policies.base import PolicyBase
 from oak.policies.rigid import rigid_config
 
 NEW_JOB_PRIORITY = 1e9
@@ -131,7 +132,7 @@ def ftf_fractions(problem: FtfProblem, rel_tol: float = 1e-7) -> tuple[FloatArra
 
 
 @dataclass(frozen=True)
-class GavelPolicy:
+class GavelPolicy(PolicyBase):
     """Gavel with finish-time fairness at each job's rigid GPU count (its demand)."""
 
     name: str = "gavel"

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from oak.model.snapshot import Allocation, BoolArray, FloatArray, IntArray, RoundSnapshot
+from oak.policies.base import PolicyBase
 from oak.policies.nsga import (
     CROSSOVER_PROB,
     MATING_TRIES,
@@ -192,7 +193,7 @@ class HybridProblem:
 
 
 @dataclass(frozen=True)
-class HybridOakPolicy:
+class HybridOakPolicy(PolicyBase):
     """OAK's composite utility optimised by NSGA-II (population 20 × 20 generations by default).
 
     ``engine``: "numba" (default: one compiled kernel, same result as "numpy"; module doc), "numpy" or

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from oak.model.snapshot import Allocation, RoundSnapshot, forced_configs
+from oak.policies.base import PolicyBase
 from oak.scoring import RestartFactor, UtilityParams, utility_matrix, utility_params
 from oak.solve import AssignmentProblem, solve_assignment
 
 
 @dataclass(frozen=True)
-class OakPolicy:
+class OakPolicy(PolicyBase):
     """Composite-utility policy; its ablations switch off K or r or swap in the aggregate factor.
 
     Optimises Σ_ij x_ij·U_ij + μ_na·(#unallocated) exactly each round (DP or HiGHS, same optimum).

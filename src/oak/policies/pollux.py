@@ -45,12 +45,12 @@ import math
 import numbers
 import time
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
 from oak.errors import OakInputError
 from oak.model.snapshot import Allocation, FloatArray, IntArray, RoundSnapshot
+from oak.policies.base import PolicyBase
 from oak.policies.nsga import GeneticOperators, GeneticState, check_ga_params, job_order, nsga2, policy_rng
 
 #: Pollux's limits (reference §3.5, §4.4); the simulator enforces the same.
@@ -258,7 +258,7 @@ def _fair_share_goodput(ng: FloatArray, node_gpus: IntArray, node_type: IntArray
 
 
 @dataclass(frozen=True)
-class PolluxPolicy:
+class PolluxPolicy(PolicyBase):
     """Pollux (reference §4) at its published defaults: population 100, 100 generations, p = −1, δ = 30 s.
 
     ``engine``: "numba" (default: the same loop and operators compiled, ``oak.policies.pollux_kernel``,
@@ -274,7 +274,9 @@ class PolluxPolicy:
     engine: str = "numba"
     name: str = "pollux"
 
-    needs_node_goodput: ClassVar[bool] = True
+    @property
+    def needs_node_goodput(self) -> bool:
+        return True  # scores replicas per (job, node) shape
 
     def __post_init__(self) -> None:
         check_ga_params(self.name, self.population, self.generations, self.seed, self.engine)

@@ -51,6 +51,7 @@ from oak.model.snapshot import (
     kept_current,
     kept_while_restoring,
 )
+from oak.policies.base import PolicyBase
 from oak.scoring.utility import age_key, restart_factor_decomposed
 from oak.solve import AssignmentProblem, solve_assignment
 
@@ -125,7 +126,7 @@ def admit_starving(
 
 
 @dataclass(frozen=True)
-class RestartAwareOakPolicy:
+class RestartAwareOakPolicy(PolicyBase):
     """OAK as shipped (module docstring): p ≥ 0, admission cost θ ∈ [0, 1), optional age key (α, K_max), waiting
     guard after ``max_wait_s`` of waiting (``math.inf``: off) protecting an admitted job for ``guard_run_s``."""
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from oak.errors import OakInputError
 from oak.model.snapshot import Allocation, FloatArray, RoundSnapshot, forced_configs, kept_while_restoring
+from oak.policies.base import PolicyBase
 from oak.solve import AssignmentProblem, solve_assignment
 
 #: Sia policy's assumed checkpoint-restore cost S_i per application (reference §5.4), seconds.
@@ -35,7 +36,7 @@ def sia_restart_factor(age_s: FloatArray, restarts: FloatArray, cost_s: FloatArr
 
 
 @dataclass(frozen=True)
-class SiaPolicy:
+class SiaPolicy(PolicyBase):
     """Sia's policy: fairness exponent p (default −0.5), no-allocation cost λ_n (default 1.1)."""
 
     p: float = -0.5

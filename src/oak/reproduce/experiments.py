@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oak.engine.rules import PhysicsOptions, with_rules
+from oak.policies import policy_spec
 from oak.sim.compare import RunSpec
 
-STOCHASTIC_POLICIES = ("pollux", "hybrid-oak")
 ALL_POLICIES = ("oak-paper", "goodput", "sia-paper", "sia", "pollux", "hybrid-oak", "gavel", "drf")
 #: The two readings of the paper's "Sia" baseline: OAK's program with r = K = 1 and μ_na a reward (``goodput``),
 #: or Sia's own policy at p = +0.5 with an unallocated penalty, as the Sia artifact runs it (``sia-paper``).
@@ -107,7 +107,7 @@ def _cell(
     if plan.quick:
         physics = dataclasses.replace(physics, horizon_s=QUICK_HORIZON_S)
     n = plan.count(paper_n)
-    if lam == 0 and physics.arrival_jitter_s == 0 and policy not in STOCHASTIC_POLICIES:
+    if lam == 0 and physics.arrival_jitter_s == 0 and not policy_spec(policy).stochastic:
         n = 1  # nothing random is left: every seed gives the same run
     specs = tuple(
         RunSpec(policy, workload, lam, seed, cluster, physics, _params(policy, plan.quick, extra)) for seed in range(n)

@@ -19,16 +19,11 @@ runs table; values that include one are lower bounds, shown with "≥", and ever
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import html
 import io
 import json
 import math
-import os
-import re
-import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,8 +32,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from oak.io_util import write_bytes_atomic
+from oak.policies import REGISTRY
 from oak.reproduce import paper
 from oak.reproduce.experiments import EXPERIMENTS, QUICK_BUDGET, QUICK_HORIZON_S, SeedPlan
+from oak.reproduce.html import markdown_to_html
 from oak.reproduce.store import ResultsStore, code_version, spec_key
 
 DASH = "—"
@@ -67,32 +65,8 @@ RUN_COLUMNS = (
     "physics",
 )
 
-POLICY_NAMES = {
-    "oak-paper": "OAK (paper)",
-    "oak": "OAK (product)",
-    "goodput": "goodput (paper's Sia)",
-    "sia": "sia (faithful Sia)",
-    "sia-paper": "sia-paper (Sia at p = +0.5)",
-    "pollux": "Pollux",
-    "hybrid-oak": "Hybrid OAK",
-    "gavel": "Gavel",
-    "drf": "DRF",
-    "oak-no-restart": "OAK without restart factor",
-    "oak-sia-factor": "OAK with Sia's factor",
-    "oak-no-age": "OAK without age key",
-    "oak-aggregate": "OAK, aggregate factor",
-}
-POLICY_COLORS = {
-    "oak-paper": "#1f77b4",
-    "oak": "#17becf",
-    "goodput": "#d62728",
-    "sia": "#ff7f0e",
-    "sia-paper": "#e377c2",
-    "pollux": "#2ca02c",
-    "hybrid-oak": "#9467bd",
-    "gavel": "#8c564b",
-    "drf": "#7f7f7f",
-}
+POLICY_NAMES = {name: spec.label for name, spec in REGISTRY.items()}
+POLICY_COLORS = {name: spec.color for name, spec in REGISTRY.items() if spec.color is not None}
 ABLATION_COLORS = ("#d62728", "#ff7f0e", "#2ca02c", "#1f77b4")
 LAMBDA_MARKERS = {0.0: "o", 0.02: "v", 0.05: "s", 0.1: "^", 0.15: "D"}
 #: OAK's defaults (paper §V-A3), marked in the sensitivity figure; P_restart has none (per-application table).
@@ -1468,148 +1442,12 @@ def write_report(out: Path, names: Sequence[str], plan: SeedPlan, store: Results
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     for fname, png in sorted(figures.items()):
-        atomic_write(fig_dir / fname, png)
+        write_bytes_atomic(fig_dir / fname, png)
     md_path = out / "report.md"
-    atomic_write(md_path, md.encode())
+    write_bytes_atomic(md_path, md.encode())
     images = {f"figures/{k}": v for k, v in figures.items()}
-    atomic_write(out / "report.html", markdown_to_html(md, images, base=out).encode())
+    write_bytes_atomic(out / "report.html", markdown_to_html(md, images, base=out).encode())
     return md_path
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Markdown → HTML (the subset the report emits)
-
-CSS = """
-body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1400px;
-       padding: 0 1em; color: #222; line-height: 1.45; }
-h1 { border-bottom: 2px solid #ccc; padding-bottom: .2em; }
-h2 { border-bottom: 1px solid #ddd; padding-bottom: .15em; margin-top: 2em; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 13px; display: block; overflow-x: auto; }
-th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; white-space: nowrap; }
-th { background: #f2f2f2; }
-td:first-child, th:first-child { text-align: left; }
-td.text { text-align: left; white-space: normal; min-width: 16em; }
-th.paper, td.paper { background: #fbf7e9; color: #555; }
-tr:nth-child(even) td { background-color: rgba(0, 0, 0, .025); }
-figure { margin: 1em 0; }
-img { max-width: 100%; height: auto; }
-code { background: #f4f4f4; padding: 0 .25em; border-radius: 3px; }
-em { color: #444; }
-td.holds { color: #1a7f37; } td.fails { color: #b42318; } td.na { color: #777; }
-"""
-VERDICT_CLASSES = {"**holds**": "holds", "**does not hold**": "fails", "**n/a**": "na"}
-
-_INLINE = (
-    (re.compile(r"`([^`]+)`"), r"<code>\1</code>"),
-    (re.compile(r"\*\*(.+?)\*\*"), r"<strong>\1</strong>"),
-    (re.compile(r"(?<![\w*])\*(?!\s)(.+?)(?<!\s)\*(?![\w*])"), r"<em>\1</em>"),
-)
-
-
-def _inline(text: str) -> str:
-    s = html.escape(text, quote=False)
-    for pattern, repl in _INLINE:
-        s = pattern.sub(repl, s)
-    return s
-
-
-def _split_row(line: str) -> list[str]:
-    inner = line.strip()[1:]
-    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
-    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", inner)]
-
-
-def markdown_to_html(md: str, images: Mapping[str, bytes], base: Path | None = None, title: str = "") -> str:
-    """HTML for the Markdown subset the report writes: headings, paragraphs, pipe tables, images (embedded as
-    base64 data URIs, from ``images`` or read under ``base``), bullet lists, `code`, **bold**, *italics*."""
-    lines = md.split("\n")
-    out: list[str] = []
-    i = 0
-    first_h1 = title
-
-    def block_start(s: str) -> bool:
-        return s.startswith(("#", "|", "- ", "![")) or not s.strip()
-
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip():
-            i += 1
-            continue
-        heading = re.match(r"(#{1,6}) (.*)", line)
-        image = re.fullmatch(r"!\[(.*?)\]\((.*?)\)", line.strip())
-        if heading:
-            level = len(heading.group(1))
-            if level == 1 and not first_h1:
-                first_h1 = heading.group(2)
-            out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
-            i += 1
-        elif line.startswith("|"):
-            block = []
-            while i < len(lines) and lines[i].startswith("|"):
-                block.append(lines[i])
-                i += 1
-            header = _split_row(block[0])
-            body = [_split_row(r) for r in block[2:]]
-            paper_cols = {j for j, h in enumerate(header) if h.lower().startswith("paper")}
-            text_cols = {j for j, h in enumerate(header) if h in ("paper's claim", "measured (ours)", "rule")}
-
-            def cls(j: int, cell: str = "", pc: set[int] = paper_cols, tc: set[int] = text_cols) -> str:
-                names = (["paper"] if j in pc else []) + (["text"] if j in tc else [])
-                names += [VERDICT_CLASSES[cell]] if cell in VERDICT_CLASSES else []
-                return f' class="{" ".join(names)}"' if names else ""
-
-            out.append("<table>")
-            out.append("<thead><tr>" + "".join(f"<th{cls(j)}>{_inline(h)}</th>" for j, h in enumerate(header)))
-            out.append("</tr></thead><tbody>")
-            for row in body:
-                cells = "".join(f"<td{cls(j, c)}>{_inline(c)}</td>" for j, c in enumerate(row))
-                out.append(f"<tr>{cells}</tr>")
-            out.append("</tbody></table>")
-        elif image:
-            alt, src = image.group(1), image.group(2)
-            data = images.get(src)
-            if data is None and base is not None and (base / src).is_file():
-                data = (base / src).read_bytes()
-            if data is None:
-                out.append(f"<p><em>[missing figure: {html.escape(src)}]</em></p>")
-            else:
-                uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-                out.append(f'<figure><img alt="{html.escape(alt)}" src="{uri}"></figure>')
-            i += 1
-        elif line.startswith("- "):
-            out.append("<ul>")
-            while i < len(lines) and lines[i].startswith("- "):
-                out.append(f"<li>{_inline(lines[i][2:])}</li>")
-                i += 1
-            out.append("</ul>")
-        else:
-            para = [line.strip()]
-            i += 1
-            while i < len(lines) and not block_start(lines[i]):
-                para.append(lines[i].strip())
-                i += 1
-            out.append(f"<p>{_inline(' '.join(para))}</p>")
-    head = (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{html.escape(first_h1 or 'OAK report')}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-    )
-    return head + "\n".join(out) + "\n</body>\n</html>\n"
 
 
 def _budget(policy: str) -> str:

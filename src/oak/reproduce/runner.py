@@ -10,14 +10,13 @@ from typing import Any
 
 from oak.engine.metrics import RunResult
 from oak.errors import OakInputError
+from oak.policies import policy_spec
 from oak.reproduce.store import ResultsStore
 from oak.sim.compare import RunSpec, run_one
 
 FLUSH_EVERY_S = 15.0
 BACKENDS = ("local", "ray")
 
-#: Relative cost per run (measured with the compiled NSGA-II engines: Pollux ~12×, Hybrid OAK ~3× an OAK run).
-_COST = {"pollux": 12.0, "hybrid-oak": 3.0, "gavel": 3.0}
 #: Policies with numba kernels: compiled once before the pool starts (see :func:`warm_compiled`).
 _COMPILED = ("pollux", "hybrid-oak")
 _WORKLOAD_COST = {"stress": 6.0, "congestion": 3.0, "ckpt-variance": 2.0, "medium": 1.5, "small": 0.3}
@@ -30,7 +29,7 @@ def estimated_cost(spec: RunSpec) -> float:
     if spec.policy == "pollux":
         scale = budget.get("population", 100) * budget.get("generations", 100) / 10000.0
     return (
-        _COST.get(spec.policy, 1.0) * scale * _WORKLOAD_COST.get(spec.workload, 2.0) * (1.0 + 5.0 * spec.failure_rate)
+        policy_spec(spec.policy).cost * scale * _WORKLOAD_COST.get(spec.workload, 2.0) * (1.0 + 5.0 * spec.failure_rate)
     )
 
 

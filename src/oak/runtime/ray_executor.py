@@ -422,10 +422,6 @@ class RayExecutor:
         rec = self._jobs.get(name)
         return [] if rec is None else list(rec.actors)
 
-    def placement_group_name(self, name: str) -> str | None:
-        rec = self._jobs.get(name)
-        return None if rec is None else rec.pg_name
-
     # ------------------------------------------------------------------ stop and kill
     def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
         """SIGTERM every rank of the named jobs at once, wait up to ``timeout_s`` s for their checkpoints,

@@ -94,11 +94,6 @@ class RunStore:
     def meta(self) -> dict[str, Any]:
         return {k: json.loads(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
 
-    def set_meta(self, values: dict[str, Any]) -> None:
-        with self._tx():
-            for k, v in values.items():
-                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, json.dumps(v)))
-
     def jobs(self) -> dict[str, JobRecord]:
         return {n: JobRecord.from_json(r) for n, r in self._db.execute("SELECT name, record FROM jobs")}
 

@@ -33,7 +33,7 @@ from oak.failures import FailureStream, failure_model, rng
 from oak.model.cluster import Cluster
 from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.placement.placer import GpuSet
-from oak.policies.base import Policy, reads_clock
+from oak.policies.base import Policy
 from oak.workloads import Workload
 
 RoundObserver = Callable[[RoundSnapshot, Allocation, list[GpuSet]], None]
@@ -86,7 +86,7 @@ class Simulator:
         failures = failure_model(ph.failure_scope, failure_rate)
         decision_ms: list[float] = []
         skip_idle = self.idle_fast_forward and on_round is None
-        clock_free = skip_idle and not reads_clock(policy)
+        clock_free = skip_idle and not policy.reads_clock
         immediate = not ph.fixed_steps  # re-decide on arrival, completion and failure, not only on the grid
         decide = immediate or abs(t - round(t / round_s) * round_s) <= _EPS * max(1.0, t)
         st.arrived |= st.submit <= t + _EPS

@@ -255,11 +255,6 @@ def _best_per_type(hulls: Hulls, prices: FloatArray) -> FloatArray:
     return np.asarray((hulls.value - prices[:, None, None] * hulls.gpus).max(axis=1), dtype=np.float64)
 
 
-def hull_dual(hulls: Hulls, capacity: FloatArray, prices: FloatArray) -> float:
-    """L(λ) evaluated on the hulls (equal to ``dual_value`` up to rounding, for λ ≥ 0)."""
-    return float(prices @ capacity + _best_per_type(hulls, prices).max(axis=0).sum())
-
-
 def common_price(problem: AssignmentProblem) -> float:
     """The optimal single price (value per GPU) when all GPU types are pooled into one of their total capacity:
     a good start for the per-type prices, which stay close to it when jobs can run on several types."""

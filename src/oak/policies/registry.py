@@ -1,0 +1,231 @@
+"""The one registry of named policies: what each is, how it is built, what it accepts and costs.
+
+The command line (``--policy``, parameter scoping), ``oak reproduce`` (seeds, run costs) and the report
+(labels, colours) read :data:`REGISTRY`; nothing else lists policies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from oak.errors import OakInputError
+from oak.policies.base import Policy
+
+#: Parameters the command line can set, and which policies take them.
+PAPER_PARAMS = frozenset({"p", "alpha", "k_max", "mu_na", "solver"})
+GA_PARAMS = frozenset({"population", "generations", "seed"})
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A registered policy.
+
+    ``params``: the command-line parameters it accepts (``solver``: it solves a round MILP; ``seed``: it is
+    stochastic and draws from the run's seed). ``cost``: its run time relative to an ``oak-paper`` run (to start
+    the longest runs first). ``label``/``color``: how reports name and draw it (colour None: a default grey)."""
+
+    name: str
+    description: str
+    label: str
+    build: Callable[..., Policy]
+    params: frozenset[str]
+    cost: float = 1.0
+    color: str | None = None
+
+    @property
+    def stochastic(self) -> bool:
+        return "seed" in self.params
+
+    def make(self, **overrides: Any) -> Policy:
+        """The policy with ``overrides`` (constructor keywords); ``solver`` and ``seed`` are dropped where they
+        do not apply, so that every caller may pass them."""
+        return self.build(**{k: v for k, v in overrides.items() if k not in ("solver", "seed") or k in self.params})
+
+
+def _oak(**kw: Any) -> Policy:
+    from oak.policies.restart_aware import RestartAwareOakPolicy
+
+    return RestartAwareOakPolicy(**kw)
+
+
+def _paper(preset: str) -> Callable[..., Policy]:
+    def build(**kw: Any) -> Policy:
+        from oak.policies.oak import OakPolicy
+        from oak.scoring import RestartFactor
+
+        presets: dict[str, dict[str, Any]] = {
+            "oak-paper": {},
+            "goodput": {"age_key": False, "restart_factor": RestartFactor.OFF},
+            "oak-no-age": {"age_key": False},
+            "oak-no-restart": {"restart_factor": RestartFactor.OFF},
+            "oak-aggregate": {"restart_factor": RestartFactor.AGGREGATE},
+            "oak-sia-factor": {"restart_factor": RestartFactor.SIA},
+        }
+        return OakPolicy.with_params(name=preset, **{**presets[preset], **kw})
+
+    return build
+
+
+def _sia(paper: bool) -> Callable[..., Policy]:
+    def build(**kw: Any) -> Policy:
+        from oak.policies.sia import SiaPolicy
+
+        if paper:
+            return SiaPolicy(**{"p": 0.5, "lambda_n": -1.1, "name": "sia-paper", **kw})
+        return SiaPolicy(**kw)
+
+    return build
+
+
+def _pollux(**kw: Any) -> Policy:
+    from oak.policies.pollux import PolluxPolicy
+
+    return PolluxPolicy(**kw)
+
+
+def _hybrid(**kw: Any) -> Policy:
+    from oak.policies.hybrid import HybridOakPolicy
+
+    return HybridOakPolicy.with_params(**kw)
+
+
+def _gavel(**kw: Any) -> Policy:
+    from oak.policies.gavel import GavelPolicy
+
+    return GavelPolicy(**kw)
+
+
+def _drf(**kw: Any) -> Policy:
+    from oak.policies.drf import DrfPolicy
+
+    return DrfPolicy(**kw)
+
+
+_SPECS = (
+    PolicySpec(
+        "oak",
+        "OAK as shipped: (G·m)^p − θ, measured restart and switching cost only on moves, restores kept, exact MILP",
+        "OAK (product)",
+        _oak,
+        frozenset({"p", "solver"}),
+        color="#17becf",
+    ),
+    PolicySpec(
+        "oak-paper",
+        "OAK read literally (paper §III): U = (G·r)^p·K + μ_na·#unallocated, r on every configuration",
+        "OAK (paper)",
+        _paper("oak-paper"),
+        PAPER_PARAMS,
+        color="#1f77b4",
+    ),
+    PolicySpec(
+        "goodput",
+        "the paper's 'Sia' cell (a): OAK's MILP with r = 1 and K = 1 (goodput only, p = 0.5)",
+        "goodput (paper's Sia)",
+        _paper("goodput"),
+        PAPER_PARAMS,
+        color="#d62728",
+    ),
+    PolicySpec(
+        "oak-no-age",
+        "ablation (c) of oak-paper: without the age key (K = 1)",
+        "OAK without age key",
+        _paper("oak-no-age"),
+        PAPER_PARAMS,
+    ),
+    PolicySpec(
+        "oak-no-restart",
+        "ablation (b) of oak-paper: without the restart factor (r = 1)",
+        "OAK without restart factor",
+        _paper("oak-no-restart"),
+        PAPER_PARAMS,
+    ),
+    PolicySpec(
+        "oak-sia-factor",
+        "ablation (b) read with Sia's factor: oak-paper with Sia's reallocation factor on moves, not r",
+        "OAK with Sia's factor",
+        _paper("oak-sia-factor"),
+        PAPER_PARAMS,
+    ),
+    PolicySpec(
+        "oak-aggregate",
+        "§V-D: oak-paper with the aggregate factor max(A − n·P, 0)/(A + P) instead of the decomposed one",
+        "OAK, aggregate factor",
+        _paper("oak-aggregate"),
+        PAPER_PARAMS,
+    ),
+    PolicySpec(
+        "sia",
+        "faithful Sia (reference §5): p = −0.5, λ_n = 1.1, realloc factor on changed configurations",
+        "sia (faithful Sia)",
+        _sia(paper=False),
+        frozenset({"solver"}),
+        color="#ff7f0e",
+    ),
+    PolicySpec(
+        "sia-paper",
+        "the paper's 'Sia' as the Sia artifact runs it: Sia's policy at p = +0.5, λ_n = −1.1 (a penalty)",
+        "sia-paper (Sia at p = +0.5)",
+        _sia(paper=True),
+        frozenset({"solver"}),
+        color="#e377c2",
+    ),
+    PolicySpec(
+        "pollux",
+        "Pollux (reference §4): NSGA-II over replicas per (job, node), power mean (p = −1) of fair-share speedups",
+        "Pollux",
+        _pollux,
+        GA_PARAMS,
+        cost=12.0,  # measured with the compiled NSGA-II engine
+        color="#2ca02c",
+    ),
+    PolicySpec(
+        "hybrid-oak",
+        "Hybrid OAK (paper §V-E): OAK's objective optimised by NSGA-II (population 20 × 20 generations)",
+        "Hybrid OAK",
+        _hybrid,
+        GA_PARAMS | (PAPER_PARAMS - {"solver"}),
+        cost=3.0,
+        color="#9467bd",
+    ),
+    PolicySpec(
+        "gavel",
+        "Gavel finish-time fairness (reference §6): min max finish-time ratio at rigid GPU counts",
+        "Gavel",
+        _gavel,
+        frozenset(),
+        cost=3.0,
+        color="#8c564b",
+    ),
+    PolicySpec(
+        "drf",
+        "DRF (reference §8): max-min fair GPU counts up to each job's demand, no throughput model",
+        "DRF",
+        _drf,
+        frozenset(),
+        color="#7f7f7f",
+    ),
+)
+
+REGISTRY: dict[str, PolicySpec] = {s.name: s for s in _SPECS}
+
+
+def policy_spec(name: str) -> PolicySpec:
+    spec = REGISTRY.get(name)
+    if spec is None:
+        raise OakInputError(f"policy {name!r} is unknown; expected one of {', '.join(REGISTRY)}")
+    return spec
+
+
+def make_policy(name: str, **overrides: Any) -> Policy:
+    """Build a registered policy; ``overrides`` go to its constructor (e.g. ``p=0.25``, ``solver='highs'``)."""
+    return policy_spec(name).make(**overrides)
+
+
+def policy_names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+POLICY_DESCRIPTIONS: dict[str, str] = {s.name: s.description for s in _SPECS}

@@ -14,8 +14,10 @@ import pytest
 from oak.reproduce import experiments, paper
 from oak.reproduce.claims import NA, evaluate_claims
 from oak.reproduce.experiments import ABLATION_CELLS, Cell, Experiment, SeedPlan
-from oak.reproduce.report import markdown_to_html, mean_ci, paired_delta, paired_table, write_report
+from oak.reproduce.html import markdown_to_html
+from oak.reproduce.report import write_report
 from oak.reproduce.runner import execute
+from oak.reproduce.stats import mean_ci, paired_delta, paired_table
 from oak.reproduce.store import ResultsStore
 from oak.sim.compare import RunSpec
 

@@ -20,22 +20,10 @@ import pandas as pd
 
 from oak.reproduce import paper
 from oak.reproduce.experiments import ABLATION_CELL_A_SIA_PAPER, ABLATION_CELL_B_SIA_PAPER, EXPERIMENTS, SeedPlan
-from oak.reproduce.report import (
-    DASH,
-    PAPER_TEXT_FIG4_DELTA,
-    PAPER_TEXT_RESTART_GAP,
-    Results,
-    fmt_lam,
-    fmt_ms,
-    fmt_pct,
-    fmt_ratio,
-    lookup,
-    md_table,
-    ordered,
-    paired_table,
-    pick,
-    sensitivity_spread,
-)
+from oak.reproduce.fmt import DASH, fmt_lam, fmt_ms, fmt_pct, fmt_ratio, md_table
+from oak.reproduce.paper import PAPER_TEXT_FIG4_DELTA, PAPER_TEXT_RESTART_GAP
+from oak.reproduce.query import Results, lookup, ordered, pick
+from oak.reproduce.stats import paired_table, sensitivity_spread
 from oak.reproduce.store import ResultsStore
 
 HOLDS, FAILS, NA = "holds", "does not hold", "n/a"

@@ -101,3 +101,48 @@ CLAIMS: dict[str, tuple[tuple[str, str], ...]] = {
         ("V-E.2", "At λ = 0.15 on medium, Hybrid OAK's mean JCT is 75 % below pure OAK's (19,634 vs 78,949 s)."),
     ),
 }
+
+
+# Numbers the paper states in its text rather than in a table (the tables are above); reference
+# columns only. Keys use our policy names: the paper's "Sia" is our ``goodput``.
+#: §V-C, "Comparison against Pollux under failures" and the sweep paragraph: mean JCT (s) of Fig. 4's runs.
+PAPER_TEXT_FIG4_MEAN: dict[tuple[str, float, str], float] = {
+    ("medium", 0.0, "pollux"): 16125,
+    ("medium", 0.15, "pollux"): 18651,
+    ("congestion", 0.0, "pollux"): 30629,
+    ("congestion", 0.15, "pollux"): 35323,
+    ("medium", 0.1, "oak-paper"): 21740,
+    ("medium", 0.1, "goodput"): 75730,
+    ("medium", 0.1, "pollux"): 17814,
+}
+#: §V-C: OAK's Δmean over Sia in the N = 30 sweep (at λ ≤ 0.05 the paper says "within 3 %").
+PAPER_TEXT_FIG4_DELTA: dict[tuple[str, float], float] = {
+    ("medium", 0.1): 0.583,
+    ("congestion", 0.1): 0.339,
+    ("medium", 0.15): 0.39,
+    ("congestion", 0.15): 0.18,
+}
+#: §V-D: gap (aggregate − decomposed)/aggregate of mean JCT (at λ = 0.05 "within 3 %").
+PAPER_TEXT_RESTART_GAP: dict[tuple[str, float], float] = {("ckpt-variance", 0.1): 0.40, ("medium", 0.1): 0.57}
+#: §V-A2: mean JCT (s) at P_restart = 10 s and 120 s.
+PAPER_TEXT_FIG2_MEAN: dict[tuple[str, float], float] = {
+    ("restart_penalty_s", 10.0): 32377,
+    ("restart_penalty_s", 120.0): 36246,
+}
+#: §V-A2: spread of mean JCT over each parameter's tested range, as the paper words it.
+PAPER_TEXT_FIG2_SPREAD = {"p": "< 1.5 %", "alpha": "< 1.5 %", "k_max": "< 1.5 %", "restart_penalty_s": "12 %"}
+#: §V-B: ratio of a policy's mean JCT to OAK's at λ = 0, as (low, high).
+PAPER_TEXT_FIG3_RATIO: dict[str, tuple[float, float]] = {
+    "goodput": (0.96, 1.04),
+    "pollux": (0.96, 1.04),
+    "gavel": (1.7, 6.7),
+    "drf": (1.2, 6.8),
+}
+#: §V-E: mean JCT (s) at λ = 0.15.
+PAPER_TEXT_FIG6_MEAN: dict[tuple[str, float, str], float] = {
+    ("medium", 0.15, "oak-paper"): 78949,
+    ("medium", 0.15, "hybrid-oak"): 19634,
+    ("medium", 0.15, "pollux"): 18651,
+    ("congestion", 0.15, "oak-paper"): 77148,
+    ("congestion", 0.15, "hybrid-oak"): 36215,
+}

@@ -1,7 +1,7 @@
 """The report of ``oak reproduce``: tables, figures and the claims table, as Markdown and self-contained HTML.
 
 Everything here is computed from the results store; the paper's published numbers (``oak.reproduce.paper``
-and the few numbers its text states, ``PAPER_TEXT_*`` below) appear only in columns labelled "paper", never
+and the few numbers its text states, ``oak.reproduce.paper.PAPER_TEXT_*``) appear only in columns labelled "paper", never
 as our data and never as an input to a computation other than the "ours vs paper" differences.
 
 Statistics, for every experiment:
@@ -20,436 +20,61 @@ runs table; values that include one are lower bounds, shown with "≥", and ever
 from __future__ import annotations
 
 import dataclasses
-import io
-import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from oak.io_util import write_bytes_atomic
 from oak.policies import REGISTRY
 from oak.reproduce import paper
 from oak.reproduce.experiments import EXPERIMENTS, QUICK_BUDGET, QUICK_HORIZON_S, SeedPlan
-from oak.reproduce.html import markdown_to_html
-from oak.reproduce.store import ResultsStore, code_version, spec_key
-
-DASH = "—"
-DPI = 120
-CONFIDENCE = 0.95
-
-#: Label columns a cell may carry (see ``experiments.py``), in display order.
-LABELS = ("physics", "parameter", "value", "workload", "failure_rate", "cell", "factor", "policy")
-#: Per-run columns of the store that the report reads.
-RUN_COLUMNS = (
-    "mean_jct_s",
-    "median_jct_s",
-    "p90_jct_s",
-    "p95_jct_s",
-    "p99_jct_s",
-    "max_jct_s",
-    "makespan_s",
-    "restarts_per_job",
-    "failures_per_job",
-    "decision_ms_mean",
-    "decision_ms_p95",
-    "decision_ms_max",
-    "rounds",
-    "unfinished_jobs",
-    "wall_s",
-    "physics",
+from oak.reproduce.fmt import (
+    DASH,
+    _nan,
+    fmt_ci,
+    fmt_lam,
+    fmt_ms,
+    fmt_pct,
+    fmt_pct_ci,
+    fmt_pt,
+    fmt_ratio,
+    fmt_s,
+    md_table,
 )
+from oak.reproduce.html import markdown_to_html
+from oak.reproduce.paper import (
+    PAPER_TEXT_FIG2_MEAN,
+    PAPER_TEXT_FIG2_SPREAD,
+    PAPER_TEXT_FIG3_RATIO,
+    PAPER_TEXT_FIG4_DELTA,
+    PAPER_TEXT_FIG4_MEAN,
+    PAPER_TEXT_FIG6_MEAN,
+    PAPER_TEXT_RESTART_GAP,
+)
+from oak.reproduce.plots import (
+    ABLATION_COLORS,
+    LAMBDA_MARKERS,
+    POLICY_COLORS,
+    _err,
+    _figure,
+    _grouped_bars,
+    _hours,
+    _no_data,
+    _plain_log_ticks,
+    _png,
+)
+from oak.reproduce.query import LABELS, Results, lookup, ordered, pick
+from oak.reproduce.stats import paired_table, rel, sensitivity_spread
+from oak.reproduce.store import ResultsStore, code_version
 
 POLICY_NAMES = {name: spec.label for name, spec in REGISTRY.items()}
-POLICY_COLORS = {name: spec.color for name, spec in REGISTRY.items() if spec.color is not None}
-ABLATION_COLORS = ("#d62728", "#ff7f0e", "#2ca02c", "#1f77b4")
-LAMBDA_MARKERS = {0.0: "o", 0.02: "v", 0.05: "s", 0.1: "^", 0.15: "D"}
 #: OAK's defaults (paper §V-A3), marked in the sensitivity figure; P_restart has none (per-application table).
 SENSITIVITY_DEFAULTS = {"p": 0.5, "alpha": 0.01, "k_max": 100.0}
-
-# Numbers the paper states in its text rather than in a table (``paper.py`` holds the tables); reference
-# columns only. Keys use our policy names: the paper's "Sia" is our ``goodput``.
-#: §V-C, "Comparison against Pollux under failures" and the sweep paragraph: mean JCT (s) of Fig. 4's runs.
-PAPER_TEXT_FIG4_MEAN: dict[tuple[str, float, str], float] = {
-    ("medium", 0.0, "pollux"): 16125,
-    ("medium", 0.15, "pollux"): 18651,
-    ("congestion", 0.0, "pollux"): 30629,
-    ("congestion", 0.15, "pollux"): 35323,
-    ("medium", 0.1, "oak-paper"): 21740,
-    ("medium", 0.1, "goodput"): 75730,
-    ("medium", 0.1, "pollux"): 17814,
-}
-#: §V-C: OAK's Δmean over Sia in the N = 30 sweep (at λ ≤ 0.05 the paper says "within 3 %").
-PAPER_TEXT_FIG4_DELTA: dict[tuple[str, float], float] = {
-    ("medium", 0.1): 0.583,
-    ("congestion", 0.1): 0.339,
-    ("medium", 0.15): 0.39,
-    ("congestion", 0.15): 0.18,
-}
-#: §V-D: gap (aggregate − decomposed)/aggregate of mean JCT (at λ = 0.05 "within 3 %").
-PAPER_TEXT_RESTART_GAP: dict[tuple[str, float], float] = {("ckpt-variance", 0.1): 0.40, ("medium", 0.1): 0.57}
-#: §V-A2: mean JCT (s) at P_restart = 10 s and 120 s.
-PAPER_TEXT_FIG2_MEAN: dict[tuple[str, float], float] = {
-    ("restart_penalty_s", 10.0): 32377,
-    ("restart_penalty_s", 120.0): 36246,
-}
-#: §V-A2: spread of mean JCT over each parameter's tested range, as the paper words it.
-PAPER_TEXT_FIG2_SPREAD = {"p": "< 1.5 %", "alpha": "< 1.5 %", "k_max": "< 1.5 %", "restart_penalty_s": "12 %"}
-#: §V-B: ratio of a policy's mean JCT to OAK's at λ = 0, as (low, high).
-PAPER_TEXT_FIG3_RATIO: dict[str, tuple[float, float]] = {
-    "goodput": (0.96, 1.04),
-    "pollux": (0.96, 1.04),
-    "gavel": (1.7, 6.7),
-    "drf": (1.2, 6.8),
-}
-#: §V-E: mean JCT (s) at λ = 0.15.
-PAPER_TEXT_FIG6_MEAN: dict[tuple[str, float, str], float] = {
-    ("medium", 0.15, "oak-paper"): 78949,
-    ("medium", 0.15, "hybrid-oak"): 19634,
-    ("medium", 0.15, "pollux"): 18651,
-    ("congestion", 0.15, "oak-paper"): 77148,
-    ("congestion", 0.15, "hybrid-oak"): 36215,
-}
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Statistics
-
-
-def ci_half(sd: Any, n: Any) -> Any:
-    """Half-width of the 95 % Student-t interval of a mean from its sample σ (ddof = 1) and n; NaN for n < 2.
-    Works element-wise on arrays and Series."""
-    n_arr = np.asarray(n, dtype=float)
-    sd_arr = np.asarray(sd, dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        dof = np.where(n_arr >= 2, n_arr - 1, 1.0)
-        half = stats.t.ppf(0.5 + CONFIDENCE / 2, dof) * sd_arr / np.sqrt(np.where(n_arr >= 1, n_arr, 1.0))
-    out = np.where(n_arr >= 2, half, np.nan)
-    if isinstance(sd, pd.Series):
-        return pd.Series(out, index=sd.index)
-    return out if out.ndim else float(out)
-
-
-def mean_ci(values: Iterable[float]) -> tuple[float, float, int]:
-    """(mean, 95 % half-width, n) of the non-NaN values; (nan, nan, 0) if none, half = nan if one."""
-    arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
-    if arr.size == 0:
-        return math.nan, math.nan, 0
-    sd = float(arr.std(ddof=1)) if arr.size > 1 else math.nan
-    return float(arr.mean()), float(ci_half(sd, arr.size)), int(arr.size)
-
-
-def paired_delta(base: pd.Series, ours: pd.Series) -> tuple[float, float, int]:
-    """Δ = (mean(base) − mean(ours)) / mean(base) and its paired 95 % half-width, from two Series indexed by
-    seed. The interval is the t-interval of base_s − ours_s over the shared seeds, divided by mean(base);
-    n is the number of shared seeds (half-width NaN if n < 2)."""
-    b, o = base.dropna(), ours.dropna()
-    if b.empty or o.empty:
-        return math.nan, math.nan, 0
-    bm = float(b.mean())
-    delta = (bm - float(o.mean())) / bm if bm else math.nan
-    shared = b.index.intersection(o.index)
-    d = (b[shared] - o[shared]).to_numpy(dtype=float)
-    half = float(ci_half(d.std(ddof=1), d.size)) / abs(bm) if d.size >= 2 and bm else math.nan
-    return delta, half, int(d.size)
-
-
-def paired_table(runs: pd.DataFrame, metric: str, match: Sequence[str], by: str, base: Any, ours: Any) -> pd.DataFrame:
-    """Paired relative difference for every group of ``match`` columns: Δ = (base − ours)/base of the seed
-    means of ``metric`` between the row with ``by == base`` and the row with ``by == ours``, with the paired
-    95 % half-width (see ``paired_delta``). ``runs`` has one row per (cell, seed) and a ``seed`` column.
-    Returns a frame indexed by ``match`` with columns delta, half, n (shared seeds), base_mean, ours_mean."""
-    columns = ["delta", "half", "n", "base_mean", "ours_mean"]
-    sub = runs[runs[by].isin([base, ours])].dropna(subset=[metric])
-    if sub.empty:
-        return pd.DataFrame(columns=columns)
-    wide = sub.pivot_table(index=[*match, "seed"], columns=by, values=metric, aggfunc="mean")
-    for c in (base, ours):
-        if c not in wide.columns:
-            wide[c] = np.nan
-    levels = list(match)
-    b, o = wide[base], wide[ours]
-    bm = b.groupby(level=levels).mean()
-    om = o.groupby(level=levels).mean()
-    diff = (b - o).groupby(level=levels).agg(["std", "count"])
-    out = pd.DataFrame(index=bm.index)
-    out["base_mean"] = bm
-    out["ours_mean"] = om
-    out["delta"] = (bm - om) / bm
-    out["n"] = diff["count"].astype(int)
-    out["half"] = ci_half(diff["std"], diff["count"]) / bm.abs()
-    return out[columns]
-
-
-def rel(ours: float, ref: float) -> float:
-    """(ours − ref)/ref: our value relative to the paper's."""
-    if ref is None or math.isnan(ours) or not ref:
-        return math.nan
-    return (ours - ref) / ref
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Data
-
-
-class Results:
-    """The stored runs of the experiments of one seed plan, one row per (cell, seed); missing runs keep their
-    labels with NaN metrics (``stored`` False)."""
-
-    def __init__(self, plan: SeedPlan, store: ResultsStore, paper_sia: str = "goodput") -> None:
-        self.plan = plan
-        self.store = store
-        #: the policy that stands for the paper's "Sia" in the claims (``experiments.PAPER_SIA_READINGS``)
-        self.paper_sia = paper_sia
-        runs = store.runs()
-        if runs.empty or "key" not in runs.columns:
-            runs = pd.DataFrame(columns=["key", *RUN_COLUMNS])
-        for c in RUN_COLUMNS:
-            if c not in runs.columns:
-                runs[c] = np.nan
-        # "physics" is also a cell label (restart-ab): the run's physics JSON becomes "physics_json"
-        self._stored = runs[["key", *RUN_COLUMNS]].drop_duplicates("key").rename(columns={"physics": "physics_json"})
-        self._runs: dict[str, pd.DataFrame] = {}
-        self._cells: dict[tuple[str, str], pd.DataFrame] = {}
-        self._jobs: dict[str, pd.DataFrame] = {}
-
-    def runs(self, name: str) -> pd.DataFrame:
-        """One row per (cell, seed) of experiment ``name``: cell_id, the cell's labels, seed, key, the run's
-        metrics (NaN if not stored) and ``stored``."""
-        if name not in self._runs:
-            rows = [
-                {"cell_id": i, **dict(cell.labels), "seed": spec.seed, "key": spec_key(spec)}
-                for i, cell in enumerate(EXPERIMENTS[name].cells(self.plan))
-                for spec in cell.specs
-            ]
-            frame = pd.DataFrame(rows)
-            frame = frame.merge(self._stored, on="key", how="left")
-            frame["stored"] = frame["key"].isin(self._stored["key"])
-            self._runs[name] = frame
-        return self._runs[name]
-
-    def keys(self, names: Iterable[str]) -> list[str]:
-        """The distinct run keys of the experiments ``names``, in order."""
-        seen: dict[str, None] = {}
-        for n in names:
-            for k in self.runs(n)["key"]:
-                seen.setdefault(str(k), None)
-        return list(seen)
-
-    def cells(self, name: str, metric: str = "mean_jct_s") -> pd.DataFrame:
-        """One row per cell (indexed by cell_id): its labels, and over its seeds the mean, σ (ddof = 1), n,
-        95 % half-width of ``metric``, the number of specs, of missing runs, and whether any job of its runs
-        was unfinished (``censored``)."""
-        if (name, metric) not in self._cells:
-            self._cells[(name, metric)] = cell_stats(self.runs(name), metric)
-        return self._cells[(name, metric)]
-
-    def jobs(self, name: str) -> pd.DataFrame:
-        """Per-job JCTs of the stored runs of ``name``: cell_id, labels, seed, key, jct (censored at the
-        horizon for unfinished jobs) and ``censored``."""
-        if name not in self._jobs:
-            runs = self.runs(name)
-            runs = runs[runs["stored"]]
-            jobs = self.store.jobs(runs["key"].unique().tolist())
-            if jobs.empty:
-                frame = pd.DataFrame(columns=[*runs.columns, "jct", "censored"])
-            else:
-                labels = [c for c in ("cell_id", *LABELS, "seed", "physics_json") if c in runs.columns]
-                frame = jobs[["key", "jct_s", "submit_s"]].merge(runs[["key", *labels]], on="key")
-                horizon = frame["physics_json"].map(_horizon)
-                frame["censored"] = frame["jct_s"].isna()
-                frame["jct"] = frame["jct_s"].fillna(horizon - frame["submit_s"])
-            self._jobs[name] = frame
-        return self._jobs[name]
-
-
-def _horizon(physics: Any) -> float:
-    try:
-        return float(json.loads(physics)["horizon_s"])
-    except (TypeError, ValueError, KeyError):
-        return math.nan
-
-
-def cell_stats(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per-cell statistics of ``metric`` over the seeds of ``runs`` (see ``Results.cells``)."""
-    labels = [c for c in LABELS if c in runs.columns]
-    g = runs.groupby("cell_id", sort=True)
-    out = g[labels].first()
-    agg = g[metric].agg(["mean", "std", "count"])
-    out["mean"] = agg["mean"]
-    out["sd"] = agg["std"]
-    out["n"] = agg["count"].astype(int)
-    out["half"] = ci_half(out["sd"], out["n"])
-    out["specs"] = g.size()
-    out["missing"] = out["specs"] - g["stored"].sum().astype(int)
-    out["censored"] = g["unfinished_jobs"].sum() > 0
-    return out
-
-
-def pick(table: pd.DataFrame, **labels: Any) -> pd.Series | None:
-    """The first row of ``table`` whose label columns equal ``labels``, or None."""
-    mask = pd.Series(True, index=table.index)
-    for k, v in labels.items():
-        if k not in table.columns:
-            return None
-        mask &= table[k] == v
-    hits = table[mask]
-    return None if hits.empty else hits.iloc[0]
-
-
-def lookup(table: pd.DataFrame, key: Any) -> pd.Series | None:
-    """``table.loc[key]`` or None."""
-    try:
-        row = table.loc[key]
-    except (KeyError, TypeError):
-        return None
-    return row.iloc[0] if isinstance(row, pd.DataFrame) else row
-
-
-def ordered(values: Iterable[Any]) -> list[Any]:
-    """Distinct values in first-appearance order."""
-    return list(dict.fromkeys(values))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Formatting
-
-
-def _nan(x: Any) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
-
-
-def fmt_s(x: Any, censored: bool = False) -> str:
-    """Seconds with thousands separators; "—" if missing; "≥" prefix for a censored value."""
-    if _nan(x):
-        return DASH
-    return f"{'≥ ' if censored else ''}{float(x):,.0f}"
-
-
-def fmt_ci(mean: Any, half: Any, censored: bool = False) -> str:
-    """ "mean ± half" in seconds; the half-width is "—" with one seed."""
-    if _nan(mean):
-        return DASH
-    return f"{fmt_s(mean, censored)} ± {DASH if _nan(half) else f'{float(half):,.0f}'}"
-
-
-def fmt_pct(x: Any, signed: bool = True) -> str:
-    if _nan(x):
-        return DASH
-    return f"{100 * float(x):+.1f} %" if signed else f"{100 * float(x):.1f} %"
-
-
-def fmt_pct_ci(x: Any, half: Any) -> str:
-    if _nan(x):
-        return DASH
-    return f"{100 * float(x):+.1f} ± {DASH if _nan(half) else f'{100 * float(half):.1f}'} %"
-
-
-def fmt_pt(x: Any) -> str:
-    """A difference of two percentages, in percentage points."""
-    return DASH if _nan(x) else f"{100 * float(x):+.1f} pt"
-
-
-def fmt_ms(x: Any) -> str:
-    if _nan(x):
-        return DASH
-    x = float(x)
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
-
-
-def fmt_ratio(x: Any) -> str:
-    if _nan(x):
-        return DASH
-    x = float(x)
-    return f"{x:.2f}×" if abs(x) >= 0.1 or x == 0 else f"{x:.2g}×"
-
-
-def fmt_lam(x: Any) -> str:
-    return f"{float(x):g}"
-
-
-def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A Markdown pipe table (pipes inside cells are escaped, as GitHub Markdown does: "\\|")."""
-
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-
-    return [line(header), "| " + " | ".join("---" for _ in header) + " |", *(line(r) for r in rows), ""]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Figures
-
-
-def _figure(nrows: int, ncols: int, width: float, height: float) -> tuple[Any, Any]:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    return fig, axes
-
-
-def _png(fig: Any) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
-    return buf.getvalue()
-
-
-def _plain_log_ticks(ax: Any) -> None:
-    """Log x axis with plain numbers (0.5, 1, 10, …) rather than powers of ten; minor ticks labelled only at
-    2 and 5 × 10^k (matplotlib's default labels every minor tick of a short axis, and they overlap)."""
-    from matplotlib.ticker import FuncFormatter
-
-    def minor(v: float, _pos: int) -> str:
-        lead = v / 10.0 ** np.floor(np.log10(v)) if v > 0 else 0.0
-        return f"{v:g}" if round(lead) in (2, 5) and abs(lead - round(lead)) < 1e-6 else ""
-
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(FuncFormatter(minor))
-
-
-def _no_data(ax: Any) -> None:
-    ax.text(0.5, 0.5, "no data in this run", ha="center", va="center", transform=ax.transAxes, color="0.4")
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _hours(x: Any) -> Any:
-    return np.asarray(x, dtype=float) / 3600.0
-
-
-def _err(half: Any) -> Any:
-    """Error-bar half-widths in hours, or None where no value has an interval (one seed)."""
-    err = _hours(half)
-    return None if np.isnan(err).all() else np.nan_to_num(err, nan=0.0)
-
-
-def _grouped_bars(
-    ax: Any, groups: Sequence[str], series: Sequence[tuple[str, str, Sequence[float], Sequence[float]]]
-) -> None:
-    """Grouped bars: ``series`` is (label, colour, means in s, half-widths in s), one value per group."""
-    k = max(len(series), 1)
-    width = 0.8 / k
-    x = np.arange(len(groups))
-    ax.set_axisbelow(True)
-    for i, (label, color, means, halves) in enumerate(series):
-        pos = x - 0.4 + width * (i + 0.5)
-        h, err = _hours(means), _hours(halves)
-        ok = ~np.isnan(h)
-        ax.bar(pos[ok], h[ok], width, label=label, color=color)
-        has_ci = ok & ~np.isnan(err)
-        if has_ci.any():
-            ax.errorbar(pos[has_ci], h[has_ci], yerr=err[has_ci], fmt="none", ecolor="0.15", capsize=2, lw=1)
-        for p in pos[~ok]:
-            ax.text(p, 0, " no data", rotation=90, ha="center", va="bottom", fontsize=7, color="0.45")
-    ax.set_xticks(x, groups)
-    ax.set_ylim(bottom=0)
-    ax.grid(axis="y", alpha=0.3)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -865,15 +490,6 @@ def section_restart(res: Results, name: str) -> Section:
 
 def _sd(row: pd.Series | None) -> float:
     return math.nan if row is None or int(row["n"]) < 2 else float(row["sd"])
-
-
-def sensitivity_spread(means: pd.DataFrame) -> pd.DataFrame:
-    """Per parameter: the smallest and largest cell mean and their spread (max − min)/min."""
-    sub = means.dropna(subset=["mean"])
-    g = sub.groupby("parameter", sort=False)["mean"]
-    out = pd.DataFrame({"min": g.min(), "max": g.max(), "n": g.count()})
-    out["spread"] = (out["max"] - out["min"]) / out["min"]
-    return out
 
 
 def section_fig2(res: Results, name: str) -> Section:

@@ -127,7 +127,18 @@ def test_every_executor_implements_every_declared_method(impl: str) -> None:
     else:
         cls = LocalExecutor
     members = _protocol_members(Executor)
-    assert {"launch", "state", "status", "pids", "exit_codes", "unreaped", "stop", "kill", "shutdown"} <= members
+    assert {
+        "launch",
+        "state",
+        "status",
+        "pids",
+        "exit_codes",
+        "unreaped",
+        "stop",
+        "kill",
+        "reconcile",
+        "shutdown",
+    } <= members
     for name in members:
         assert callable(getattr(cls, name, None)), f"{cls.__name__} lacks {name}"
         want = list(inspect.signature(getattr(Executor, name)).parameters)

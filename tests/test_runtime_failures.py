@@ -89,6 +89,9 @@ class ScriptedExecutor:
     def unreaped(self, name: str) -> list[int]:
         return []
 
+    def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
+        return []
+
     def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
         out: dict[str, JobState] = {}
         for n in names:
@@ -426,3 +429,20 @@ def test_oak_run_reports_a_job_given_up_and_exits_1(tmp_path: Path) -> None:
     assert "x failed" in res.output and "input error" in res.output and "rank0.log" in res.output
     assert "checkpoint of" in res.output  # the worker's own message, from the end of its log
     assert (tmp_path / "r2" / "jobs" / "y" / "done").is_file()
+
+
+def test_local_reconcile_kills_what_is_not_intended(tmp_path: Path) -> None:
+    from oak.runtime.executor import LocalExecutor
+
+    ex = LocalExecutor("cpu")
+    proc = subprocess.Popen(["sleep", "60"])
+    ex._handles["stray"] = launch.WorkerHandle(tmp_path, [proc], None)
+    ex._handles["ok"] = launch.WorkerHandle(tmp_path, [subprocess.Popen(["sleep", "60"])], None)
+    issues = ex.reconcile({"ok": (0,), "missing": (1, 2)})
+    assert issues == [
+        "stray: runs on 1 rank(s) but is not intended; killed",
+        "missing: intended on 2 device(s), no process runs it",
+    ]
+    assert proc.poll() is not None and "stray" not in ex._handles
+    assert ex.reconcile({"ok": (0, 1)}) == ["ok: intended on 2 device(s), runs 1 rank(s)"]
+    ex.shutdown()

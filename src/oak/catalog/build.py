@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,28 +230,7 @@ def build_catalog(profiles_dir: Path, apps: Sequence[str] = DEFAULT_APPS) -> Cat
 
 
 def write_catalog(catalog: Catalog, path: Path) -> None:
-    """Write ``catalog`` as canonical JSON to ``path`` atomically (temp file, fsync, os.replace)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    data = catalog.to_json().encode("utf-8")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), 0o644)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    try:
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        with suppress(OSError):
-            os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Write ``catalog`` as canonical JSON to ``path`` atomically (``oak.io_util.write_bytes_atomic``)."""
+    from oak.io_util import write_bytes_atomic
+
+    write_bytes_atomic(path, catalog.to_json().encode("utf-8"))

@@ -11,7 +11,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from oak.cli.main import JsonOpt, _fail, bench_app, console
+from oak.cli.common import JsonOpt, bench_app, console, fail
 from oak.policies.base import PolicyBase
 
 
@@ -272,23 +272,23 @@ def bench_decision(
     scale = (gpus, types, jobs)
     if any(x is not None for x in scale):
         if gpus is None or types is None or jobs is None:
-            _fail("--gpus, --types and --jobs go together")
+            fail("--gpus, --types and --jobs go together")
         assert gpus is not None and types is not None and jobs is not None
         if types < 1 or jobs < 1 or gpus < types:
-            _fail("--gpus/--types/--jobs: expected positive integers with at least one GPU per type")
+            fail("--gpus/--types/--jobs: expected positive integers with at least one GPU per type")
         if seeds < 1 or reference_timeout <= 0 or (gpus_per_node is not None and gpus_per_node < 1):
-            _fail("--seeds, --reference-timeout and --gpus-per-node: expected positive values")
+            fail("--seeds, --reference-timeout and --gpus-per-node: expected positive values")
         out = _bench_scale(gpus, types, jobs, seeds, gpus_per_node, reference, reference_timeout, repeat)
         _print_scale(out)
         if json_path is not None:
             write_json(json_path, out)
         return
     if rounds < 1 or repeat < 1:
-        _fail("--rounds and --repeat: expected positive integers")
+        fail("--rounds and --repeat: expected positive integers")
     names = [x.strip() for x in policies.split(",") if x.strip()]
     for n in names:
         if n not in policy_names():
-            _fail(f"--policies: {n!r} is unknown; expected some of {', '.join(policy_names())}")
+            fail(f"--policies: {n!r} is unknown; expected some of {', '.join(policy_names())}")
     snaps = _collect_snapshots(workload, 0.1, 0, rounds)
     variants: list[tuple[str, str, Any]] = [("oak", "auto", make_policy("oak"))]
     for n in names:
@@ -343,11 +343,11 @@ def bench_sim(
     from oak.workloads import load_workload
 
     if failure_rate < 0 or failure_rate > 1:
-        _fail(f"--failure-rate {failure_rate}: expected a probability in [0, 1]")
+        fail(f"--failure-rate {failure_rate}: expected a probability in [0, 1]")
     preset = cluster_preset(cluster)
     ref = reference if reference is not None else ("highs" if preset.total_gpus <= 64 else "none")
     if ref not in ("highs", "none"):
-        _fail(f"--reference {ref!r}: expected highs or none")
+        fail(f"--reference {ref!r}: expected highs or none")
     wl = load_workload(workload)
     t0 = time.perf_counter()
     sim = Simulator(wl, preset)

@@ -7,53 +7,36 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
+from oak.cli.common import (
+    CLUSTER_HELP,
+    CkptOpt,
+    ClusterOpt,
+    FailureModeOpt,
+    FailureRestartsOpt,
+    GenerationsOpt,
+    HorizonOpt,
+    JitterOpt,
+    JsonOpt,
+    LostOpt,
+    PopulationOpt,
+    QueueOpt,
+    RestoreOpt,
+    RulesOpt,
+    ScopeOpt,
+    SolverOpt,
+    app,
+    catalog_app,
+    console,
+    err_console,
+    fail,
+    jobs_table,
+    progress_bar,
+    workloads_app,
+)
 from oak.errors import OakInputError
-from oak.model.cluster import cluster_preset_help
-
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="OAK: restart- and age-aware GPU cluster scheduling."
-)
-workloads_app = typer.Typer(
-    no_args_is_help=True, help="List and show the embedded workloads; synthesise trace-derived ones."
-)
-catalog_app = typer.Typer(no_args_is_help=True, help="Build the application catalog from measured profiles.")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (speed reported as ratios within one run).")
-app.add_typer(workloads_app, name="workloads")
-app.add_typer(catalog_app, name="catalog")
-app.add_typer(bench_app, name="bench")
-
-console = Console() if sys.stdout.isatty() else Console(width=160)
-err_console = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
-
-
-def progress_bar() -> Progress:
-    """A progress bar on stderr: description, bar, done/total, elapsed time and ETA."""
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    return Progress(*columns, console=err_console)
-
-
-def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
-    raise typer.Exit(code=2)
 
 
 def _floats(text: str, what: str) -> list[float]:
@@ -62,7 +45,7 @@ def _floats(text: str, what: str) -> list[float]:
         try:
             out.append(float(part))
         except ValueError:
-            _fail(f"{what}: {part!r} is not a number (expected a comma-separated list such as 0,0.1)")
+            fail(f"{what}: {part!r} is not a number (expected a comma-separated list such as 0,0.1)")
     return out
 
 
@@ -115,79 +98,6 @@ def _policy_params(policies: list[str], solver: str, **given: Any) -> dict[str, 
         params.update({k: v for k, v in given.items() if v is not None and pol in scope[k]})
         out[pol] = tuple(sorted(params.items()))
     return out
-
-
-RestoreOpt = Annotated[
-    str,
-    typer.Option(help="Restore delay per (re)start or failure: 'per-app' (P_restart) or seconds, e.g. 60."),
-]
-ScopeOpt = Annotated[str, typer.Option(help="Failure rate applies per 'job' or per 'gpu'.")]
-LostOpt = Annotated[
-    str,
-    typer.Option(
-        help="'none', 'since-checkpoint' (progress since the last checkpoint is lost) or 'since-restart' (since "
-        "the job's last (re)start)."
-    ),
-]
-RulesOpt = Annotated[
-    str,
-    typer.Option(
-        help="Simulator rules: 'default' or 'sia-artifact' (the Sia artifact's: 1-GPU bootstrap, 2x exploration "
-        "cap, restarts only on a change of per-node shape, fixed 60 s steps, restores not preemptible)."
-    ),
-]
-FailureRestartsOpt = Annotated[int, typer.Option(help="Restarts a failure adds to a job's count n: 0, 1 or 2.")]
-FailureModeOpt = Annotated[
-    str,
-    typer.Option(
-        help="'restore' (a failed job restores in place) or 'ghost' (it keeps its GPUs without progress until "
-        "its allocation changes)."
-    ),
-]
-CkptOpt = Annotated[
-    float, typer.Option(help="Checkpoint interval (s of productive time) for --lost-work since-checkpoint.")
-]
-QueueOpt = Annotated[str, typer.Option(help="T_queue: 'accumulated' or 'since-last-run'.")]
-JitterOpt = Annotated[float, typer.Option(help="Seeded submission jitter, uniform in [0, J) seconds.")]
-HorizonOpt = Annotated[
-    float, typer.Option(help="Stop simulating after this many seconds (unfinished jobs are reported).")
-]
-SolverOpt = Annotated[
-    str,
-    typer.Option(
-        help="Round solver: auto (by size: exact DP, Lagrangian + core DP, or Lagrangian with a certified gap), dp, lagrangian, highs, cvxpy."
-    ),
-]
-#: The presets of ``oak.model.cluster.CLUSTER_PRESETS`` (spelled out so that ``oak --help`` does not import numpy;
-#: a test checks that every preset is named).
-CLUSTER_HELP = "Cluster preset: " + cluster_preset_help()  # generated from the presets, not restated
-ClusterOpt = Annotated[str, typer.Option(help=CLUSTER_HELP)]
-JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the runs as JSON to this path.")]
-PopulationOpt = Annotated[
-    int | None, typer.Option(help="NSGA-II population of pollux (default 100) and hybrid-oak (default 20).")
-]
-GenerationsOpt = Annotated[
-    int | None, typer.Option(help="NSGA-II generations of pollux (default 100) and hybrid-oak (default 20).")
-]
-
-
-def jobs_table(result: Any, title: str, digits: int = 0) -> Table:
-    """Per-job metrics of a RunResult (JCT, restarts, failures, T_progress, T_ckpt, T_queue; seconds)."""
-    table = Table(title=title)
-    for col in ("job", "app", "JCT (s)", "restarts", "failures", "T_progress (s)", "T_ckpt (s)", "T_queue (s)"):
-        table.add_column(col, justify="right" if col not in ("job", "app") else "left")
-    for j in result.jobs:
-        table.add_row(
-            j.name,
-            j.application,
-            "unfinished" if j.jct_s is None else f"{j.jct_s:,.{digits}f}",
-            str(j.restarts),
-            str(j.failures),
-            f"{j.t_progress_s:,.{digits}f}",
-            f"{j.t_ckpt_s:,.{digits}f}",
-            f"{j.t_queue_s:,.{digits}f}",
-        )
-    return table
 
 
 @app.command()
@@ -342,14 +252,14 @@ def compare(
     )
     names = [x.strip() for x in policies.split(",") if x.strip()]
     if not names:
-        _fail("--policies: expected at least one policy name")
+        fail("--policies: expected at least one policy name")
     if len(set(names)) != len(names):
-        _fail(f"--policies: duplicate policy in {names}")
+        fail(f"--policies: duplicate policy in {names}")
     lams = _floats(failure_rates, "--failure-rates")
     if seeds < 1:
-        _fail(f"--seeds {seeds}: expected a positive integer")
+        fail(f"--seeds {seeds}: expected a positive integer")
     if workers is not None and workers < 1:
-        _fail(f"--workers {workers}: expected a positive integer")
+        fail(f"--workers {workers}: expected a positive integer")
     params = _policy_params(
         names, solver, p=p, alpha=alpha, k_max=k_max, mu_na=mu_na, population=population, generations=generations
     )
@@ -475,7 +385,7 @@ def catalog_build(
     from oak.catalog.build import build_catalog, write_catalog
 
     if not profiles.is_dir():
-        _fail(f"{profiles}: not a folder of profiles (expected e.g. ../shared/data/sia/profiles)")
+        fail(f"{profiles}: not a folder of profiles (expected e.g. ../shared/data/sia/profiles)")
     target = out if out is not None else Path(__file__).resolve().parents[1] / "catalog" / "data" / "catalog.json"
     with console.status("fitting throughput models"):
         catalog = build_catalog(profiles)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from oak.cli.main import _fail, app, console, progress_bar
+from oak.cli.common import app, console, fail, progress_bar
 
 
 @app.command()
@@ -66,24 +66,24 @@ def reproduce(
         _table4(out, scale, cpu_slots, gpus, seeds)
         return
     if seeds is not None and paper_seeds:
-        _fail("--seeds and --paper-seeds: give one or the other")
+        fail("--seeds and --paper-seeds: give one or the other")
     if seeds is not None and seeds < 1:
-        _fail(f"--seeds {seeds}: expected a positive integer")
+        fail(f"--seeds {seeds}: expected a positive integer")
     if workers is not None and workers < 1:
-        _fail(f"--workers {workers}: expected a positive integer")
+        fail(f"--workers {workers}: expected a positive integer")
     names = list(PAPER_EXPERIMENTS) if experiment == "all" else [x.strip() for x in experiment.split(",") if x.strip()]
     for n in names:
         if n not in EXPERIMENTS:
-            _fail(f"experiment {n!r} is unknown; expected 'all' or one of {', '.join(EXPERIMENTS)}")
+            fail(f"experiment {n!r} is unknown; expected 'all' or one of {', '.join(EXPERIMENTS)}")
     trace_files: tuple[str, ...] = ()
     if traces is not None:
         if "restart-aware" not in names:
-            _fail("--traces applies only to the experiment restart-aware")
+            fail("--traces applies only to the experiment restart-aware")
         if not traces.is_dir():
-            _fail(f"--traces {traces}: not a folder")
+            fail(f"--traces {traces}: not a folder")
         trace_files = tuple(str(p) for p in sorted(traces.glob("*.csv")))
         if not trace_files:
-            _fail(f"--traces {traces}: no *.csv trace in the folder")
+            fail(f"--traces {traces}: no *.csv trace in the folder")
         from oak.workloads import load_workload
 
         for t in trace_files:
@@ -91,9 +91,9 @@ def reproduce(
     from oak.engine.rules import RULES
 
     if rules not in RULES:
-        _fail(f"--rules {rules!r}: expected one of {', '.join(RULES)}")
+        fail(f"--rules {rules!r}: expected one of {', '.join(RULES)}")
     if failure_restarts not in (0, 1, 2):
-        _fail(f"--failure-restarts {failure_restarts}: expected 0, 1 or 2")
+        fail(f"--failure-restarts {failure_restarts}: expected 0, 1 or 2")
     plan = SeedPlan(
         seeds=seeds, paper=paper_seeds, quick=quick, traces=trace_files, rules=rules, failure_restarts=failure_restarts
     )
@@ -119,17 +119,17 @@ def _table4(out: Path, scale: str, cpu_slots: int | None, gpus: str | None, seed
     from oak.reproduce.table4 import POLICIES, RATES, SCALES, run_table4, write_table4_report
 
     if scale not in SCALES:
-        _fail(f"--scale {scale!r}: expected one of {', '.join(SCALES)}")
+        fail(f"--scale {scale!r}: expected one of {', '.join(SCALES)}")
     if cpu_slots is not None and gpus is not None:
-        _fail("give at most one of --cpu-slots and --gpus")
+        fail("give at most one of --cpu-slots and --gpus")
     if seeds is not None and seeds < 1:
-        _fail(f"--seeds {seeds}: expected a positive integer")
+        fail(f"--seeds {seeds}: expected a positive integer")
     if gpus is not None:
         devices, kind = _gpu_count(gpus, auto_max=4), "gpu"  # auto: the paper's 4 GPUs, not all of an 8-GPU box
     else:
         devices, kind = (cpu_slots if cpu_slots is not None else 4), "cpu"
         if devices < 1:
-            _fail(f"--cpu-slots {devices}: expected a positive integer")
+            fail(f"--cpu-slots {devices}: expected a positive integer")
     n_seeds = seeds if seeds is not None else 1
     total = len(POLICIES) * len(RATES) * n_seeds
     console.print(

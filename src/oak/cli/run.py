@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from oak.cli.main import _fail, app, console, err_console, jobs_table
+from oak.cli.common import app, console, err_console, fail, jobs_table
 
 
 def print_run_table(result: Any, title: str) -> None:
@@ -64,24 +64,24 @@ def run_jobs(
     from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
 
     if (gpus is None) == (cpu_slots is None):
-        _fail("give exactly one of --gpus auto|N and --cpu-slots N")
+        fail("give exactly one of --gpus auto|N and --cpu-slots N")
     if backend not in ("local", "ray"):
-        _fail(f"--backend {backend!r}: expected local or ray")
+        fail(f"--backend {backend!r}: expected local or ray")
     # every plain parameter is checked before anything is loaded or built, with the option's name
     if cpu_slots is not None and cpu_slots < 1:
-        _fail(f"--cpu-slots {cpu_slots}: expected a positive integer")
+        fail(f"--cpu-slots {cpu_slots}: expected a positive integer")
     if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):
-        _fail(f"--failure-rate {failure_rate!r}: expected a probability in [0, 1]")
+        fail(f"--failure-rate {failure_rate!r}: expected a probability in [0, 1]")
     if not (math.isfinite(round_seconds) and round_seconds > 0):
-        _fail(f"--round-seconds {round_seconds!r}: expected a positive number of seconds")
+        fail(f"--round-seconds {round_seconds!r}: expected a positive number of seconds")
     if time_limit is not None and not time_limit > 0:
-        _fail(f"--time-limit {time_limit!r}: expected a positive number of seconds")
+        fail(f"--time-limit {time_limit!r}: expected a positive number of seconds")
     if seed < 0:
-        _fail(f"--seed {seed}: expected an integer >= 0")
+        fail(f"--seed {seed}: expected an integer >= 0")
     if max_retries < 1:
-        _fail(f"--max-retries {max_retries}: expected a positive integer")
+        fail(f"--max-retries {max_retries}: expected a positive integer")
     if not (math.isfinite(stall_seconds) and stall_seconds > 0):
-        _fail(f"--stall-seconds {stall_seconds!r}: expected a positive number of seconds")
+        fail(f"--stall-seconds {stall_seconds!r}: expected a positive number of seconds")
     pol = make_policy(policy, seed=seed)  # an unknown policy fails here (OakInputError: exit 2)
     catalog = Catalog.load()
     jobs = load_jobs_file(jobs_file, tuple(catalog.apps))
@@ -96,7 +96,7 @@ def run_jobs(
         devices, kind = _gpu_count(gpus or "auto"), "gpu"
     ptype = profile_type or ("aws" if kind == "cpu" else "dgx-ext")
     if not any(ptype in a.gpus for a in catalog.apps.values()):
-        _fail(f"--profile-type {ptype!r}: no application has a profile for it")
+        fail(f"--profile-type {ptype!r}: no application has a profile for it")
     if backend == "ray":
         from oak.runtime.ray_executor import RayExecutor
 
@@ -119,7 +119,7 @@ def run_jobs(
     )
     sched = RuntimeScheduler(jobs, pol, directory, opts, executor=executor, catalog=catalog)
     err_console.print(f"run directory: {directory}")
-    from oak.cli.main import progress_bar
+    from oak.cli.common import progress_bar
 
     with progress_bar() as bar:
         task = bar.add_task(f"{policy} · λ={failure_rate:g}", total=len(jobs.jobs))
@@ -154,9 +154,9 @@ def _gpu_spec(spec: str) -> int:
     try:
         n = int(spec)
     except ValueError:
-        _fail(f"--gpus {spec!r}: expected 'auto' or a positive integer")
+        fail(f"--gpus {spec!r}: expected 'auto' or a positive integer")
     if n < 1:
-        _fail(f"--gpus {spec}: expected a positive integer")
+        fail(f"--gpus {spec}: expected a positive integer")
     return n
 
 
@@ -165,7 +165,7 @@ def visible_gpus() -> int:
     try:
         import torch
     except ImportError:
-        _fail("--gpus needs PyTorch (pip install -e '.[runtime]')")
+        fail("--gpus needs PyTorch (pip install -e '.[runtime]')")
     return int(torch.cuda.device_count())
 
 
@@ -177,9 +177,9 @@ def _gpu_count(spec: str, *, auto_max: int | None = None) -> int:
     mask = os.environ.get("CUDA_VISIBLE_DEVICES")
     where = f" under CUDA_VISIBLE_DEVICES={mask!r}" if mask is not None else ""
     if have == 0:
-        _fail(f"--gpus {spec}: no CUDA GPU is visible{where}; use --cpu-slots N on a machine without GPUs")
+        fail(f"--gpus {spec}: no CUDA GPU is visible{where}; use --cpu-slots N on a machine without GPUs")
     if n is None:
         return have if auto_max is None else min(have, auto_max)
     if n > have:
-        _fail(f"--gpus {n}: only {have} CUDA GPU(s) visible{where}")
+        fail(f"--gpus {n}: only {have} CUDA GPU(s) visible{where}")
     return n

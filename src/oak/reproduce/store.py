@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
-import os
 from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from oak.engine.metrics import RunResult
+from oak.io_util import write_bytes_atomic
 from oak.sim.compare import RunSpec
 
 RUN_FILE = "runs.parquet"
@@ -141,8 +142,6 @@ class ResultsStore:
 
 
 def _write_parquet(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_parquet(tmp, index=False)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    write_bytes_atomic(path, buf.getvalue())

@@ -57,6 +57,11 @@ class Executor(Protocol):
 
     def kill(self, name: str) -> None: ...
 
+    def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
+        """Compare the round's intended allocation (job → device ids; jobs without devices left out) with what
+        the backend runs; stop what runs but is not intended and return every discrepancy, one line each."""
+        ...
+
     def shutdown(self) -> None: ...
 
 
@@ -147,6 +152,19 @@ class LocalExecutor:
     def unreaped(self, name: str) -> list[int]:
         h = self._stuck.get(name)
         return [] if h is None else h.unreaped()
+
+    def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
+        issues: list[str] = []
+        for name in sorted(set(self._handles) - set(intended)):
+            issues.append(f"{name}: runs on {self._handles[name].world_size} rank(s) but is not intended; killed")
+            self.kill(name)
+        for name, devices in sorted(intended.items()):
+            h = self._handles.get(name)
+            if h is None:
+                issues.append(f"{name}: intended on {len(devices)} device(s), no process runs it")
+            elif h.world_size != len(devices):
+                issues.append(f"{name}: intended on {len(devices)} device(s), runs {h.world_size} rank(s)")
+        return issues
 
     def shutdown(self) -> None:
         for name in list(self._handles):

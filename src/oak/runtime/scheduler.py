@@ -484,11 +484,10 @@ class RuntimeScheduler:
             r.launch_step = r.step
             r.ready = False
         allocation: dict[str, Any] = {self.names[i]: records[i].devices for i in active.tolist()}
-        reconcile = getattr(self.executor, "reconcile", None)
-        if reconcile is not None:  # e.g. RayExecutor: what Ray runs vs. what this round intends
-            issues = reconcile({n: tuple(d) for n, d in allocation.items() if d})
-            if issues:
-                allocation["_reconcile"] = list(issues)  # job names cannot start with '_'
+        # what the backend runs vs. what this round intends (Ray autoscaler v2's reconciler)
+        issues = self.executor.reconcile({n: tuple(d) for n, d in allocation.items() if d})
+        if issues:
+            allocation["_reconcile"] = list(issues)  # job names cannot start with '_'
         k = self.store.rounds()
         self.store.save(records, None, (k, now, ms, json.dumps(allocation, sort_keys=True)))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import signal
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,9 @@ POLICY_OVERRIDES: dict[str, dict[str, Any]] = {
 }
 #: Policies that solve OAK's per-round MILP exactly (DP on these clusters).
 EXACT_OAK = ("oak-paper", "goodput", "oak-no-age", "oak-no-restart", "oak-aggregate")
-POLICIES = {name: make_policy(name, **POLICY_OVERRIDES.get(name, {})) for name in policy_names()}
+#: a user's plug-in (docs/policies.md) must meet the same invariants as the built-ins
+EXAMPLE_PLUGIN = f"{Path(__file__).resolve().parents[1] / 'examples' / 'my_policy.py'}:ShortestRemainingFirst"
+POLICIES = {name: make_policy(name, **POLICY_OVERRIDES.get(name, {})) for name in (*policy_names(), EXAMPLE_PLUGIN)}
 
 
 # ---------------------------------------------------------------- snapshots
@@ -171,12 +174,12 @@ def unadmitted_gain(snap: RoundSnapshot, x: np.ndarray, params: UtilityParams) -
     return float(gain.max())
 
 
-@pytest.mark.parametrize("name", policy_names())
+@pytest.mark.parametrize("name", list(POLICIES), ids=lambda n: "plugin:srtf" if n == EXAMPLE_PLUGIN else n)
 @given(data=st.data())
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 def test_every_policy_returns_a_feasible_allocation(name: str, data: st.DataObject) -> None:
     policy = POLICIES[name]
-    snap = data.draw(snapshots(node_goodput=bool(getattr(policy, "needs_node_goodput", False))))
+    snap = data.draw(snapshots(node_goodput=policy.needs_node_goodput))
     alloc = policy.decide(snap)
     check_allocation(snap, alloc)
     if name == "oak":

@@ -103,7 +103,9 @@ def _policy_params(policies: list[str], solver: str, **given: Any) -> dict[str, 
 @app.command()
 def simulate(
     workload: Annotated[str, typer.Option(help="Embedded workload name or CSV path.")] = "medium",
-    policy: Annotated[str, typer.Option(help="Policy name (see 'oak compare --help').")] = "oak",
+    policy: Annotated[
+        str, typer.Option(help="A built-in policy, or your own as FILE.py:NAME or MODULE:NAME (docs/policies.md).")
+    ] = "oak",
     failure_rate: Annotated[float, typer.Option(help="λ: failure probability per round per running job.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the failure stream.")] = 0,
     cluster: ClusterOpt = "paper-12",
@@ -210,7 +212,12 @@ def _check_spec(spec: Any) -> None:
 @app.command()
 def compare(
     workload: Annotated[str, typer.Option(help="Embedded workload name or CSV path.")] = "medium",
-    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "oak,sia,goodput",
+    policies: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated policies: built-in names (oak, oak-paper, goodput, sia, sia-paper, pollux, hybrid-oak, gavel, drf, ablations) or your own FILE.py:NAME / MODULE:NAME (docs/policies.md)."
+        ),
+    ] = "oak,sia,goodput",
     failure_rates: Annotated[str, typer.Option(help="Comma-separated λ values.")] = "0,0.1",
     seeds: Annotated[int, typer.Option(help="Seeds per cell (0..N-1), paired across policies.")] = 5,
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: CPU count).")] = None,

@@ -50,6 +50,13 @@ def reproduce(
         Path | None,
         typer.Option(help="restart-aware only: a folder of Sia-format traces (*.csv) to run on sia-64 as well."),
     ] = None,
+    add_policies: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated policies to run beside every baseline in fig3-baselines, e.g. your own "
+            "FILE.py:NAME (docs/policies.md)."
+        ),
+    ] = None,
 ) -> None:
     """Run the paper's experiments (resuming what is stored in OUT) and write the paper-vs-ours report."""
     from oak.reproduce.experiments import EXPERIMENTS, PAPER_EXPERIMENTS, SeedPlan
@@ -94,8 +101,21 @@ def reproduce(
         fail(f"--rules {rules!r}: expected one of {', '.join(RULES)}")
     if failure_restarts not in (0, 1, 2):
         fail(f"--failure-restarts {failure_restarts}: expected 0, 1 or 2")
+    extra = tuple(x.strip() for x in (add_policies or "").split(",") if x.strip())
+    if extra and "fig3-baselines" not in names:
+        fail("--add-policies applies to the experiment fig3-baselines (every baseline, λ = 0, paired runs)")
+    from oak.policies import policy_spec
+
+    for pol in extra:
+        policy_spec(pol)  # an unknown name or a broken plug-in is an input error before anything runs
     plan = SeedPlan(
-        seeds=seeds, paper=paper_seeds, quick=quick, traces=trace_files, rules=rules, failure_restarts=failure_restarts
+        seeds=seeds,
+        paper=paper_seeds,
+        quick=quick,
+        traces=trace_files,
+        rules=rules,
+        failure_restarts=failure_restarts,
+        extra_policies=extra,
     )
     specs = [s for n in names for cell in EXPERIMENTS[n].cells(plan) for s in cell.specs]
     store = ResultsStore(out)

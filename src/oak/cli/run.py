@@ -28,7 +28,12 @@ def print_run_table(result: Any, title: str) -> None:
 @app.command("run")
 def run_jobs(
     jobs_file: Annotated[Path, typer.Argument(help="Jobs file (YAML); see docs/runtime.md.")],
-    policy: Annotated[str, typer.Option(help="Policy: oak, goodput, sia, pollux, hybrid-oak, gavel, drf, ...")] = "oak",
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="Policy: oak, goodput, sia, pollux, hybrid-oak, gavel, drf, ..., or your own FILE.py:NAME (docs/policies.md)."
+        ),
+    ] = "oak",
     gpus: Annotated[str | None, typer.Option(help="'auto' (every visible CUDA GPU) or a count.")] = None,
     cpu_slots: Annotated[int | None, typer.Option(help="Treat N CPU worker processes as the devices.")] = None,
     failure_rate: Annotated[float, typer.Option(help="λ: SIGKILL probability per round per running job.")] = 0.0,

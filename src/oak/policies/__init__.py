@@ -2,7 +2,15 @@
 
 from oak.policies.base import Policy, PolicyBase
 from oak.policies.oak import OakPolicy
-from oak.policies.registry import POLICY_DESCRIPTIONS, REGISTRY, PolicySpec, make_policy, policy_names, policy_spec
+from oak.policies.registry import (
+    POLICY_DESCRIPTIONS,
+    REGISTRY,
+    PolicySpec,
+    make_policy,
+    policy_label,
+    policy_names,
+    policy_spec,
+)
 from oak.policies.sia import SiaPolicy
 
 __all__ = [
@@ -14,6 +22,7 @@ __all__ = [
     "PolicySpec",
     "SiaPolicy",
     "make_policy",
+    "policy_label",
     "policy_names",
     "policy_spec",
 ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from oak.model.snapshot import Allocation, RoundSnapshot
 
 
+@runtime_checkable
 class Policy(Protocol):
     """A scheduling policy: ``decide`` is a pure function of the snapshot.
 

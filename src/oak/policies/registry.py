@@ -6,8 +6,11 @@ The command line (``--policy``, parameter scoping), ``oak reproduce`` (seeds, ru
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from oak.errors import OakInputError
@@ -33,6 +36,8 @@ class PolicySpec:
     params: frozenset[str]
     cost: float = 1.0
     color: str | None = None
+    #: a plug-in's source digest (its defining file), so that stored results of an edited plug-in are not reused
+    source_digest: str | None = None
 
     @property
     def stochastic(self) -> bool:
@@ -213,10 +218,33 @@ REGISTRY: dict[str, PolicySpec] = {s.name: s for s in _SPECS}
 
 
 def policy_spec(name: str) -> PolicySpec:
-    spec = REGISTRY.get(name)
-    if spec is None:
-        raise OakInputError(f"policy {name!r} is unknown; expected one of {', '.join(REGISTRY)}")
+    """The registry entry of ``name``: a built-in, a policy an installed package publishes under the
+    ``oak.policies`` entry-point group, or a user's ``MODULE:NAME`` / ``FILE.py:NAME`` (loaded once per process;
+    an import error, a missing name or an object that is not a policy is an input error naming what is wrong)."""
+    spec = REGISTRY.get(name) or _PLUGINS.get(name)
+    if spec is not None:
+        return spec
+    eps = _entry_points() if ":" not in name else {}
+    if name in eps:
+        try:
+            obj = eps[name].load()
+        except Exception as exc:
+            raise OakInputError(
+                f"policy {name!r} (entry point {eps[name].value!r}): cannot load it: {type(exc).__name__}: {exc}"
+            ) from exc
+        spec = _plugin_spec(name, obj, f"entry point {eps[name].value}")
+    else:
+        spec = _load_plugin(name)
+    _PLUGINS[name] = spec
     return spec
+
+
+def policy_label(name: str) -> str:
+    """How reports name a policy: its registry label (a plug-in's own ``name``), or ``name`` itself."""
+    try:
+        return policy_spec(name).label
+    except OakInputError:
+        return name
 
 
 def make_policy(name: str, **overrides: Any) -> Policy:
@@ -225,7 +253,108 @@ def make_policy(name: str, **overrides: Any) -> Policy:
 
 
 def policy_names() -> tuple[str, ...]:
-    return tuple(REGISTRY)
+    """The built-in policies and those installed packages publish (entry-point group ``oak.policies``)."""
+    return tuple(REGISTRY) + tuple(sorted(set(_entry_points()) - set(REGISTRY)))
 
 
 POLICY_DESCRIPTIONS: dict[str, str] = {s.name: s.description for s in _SPECS}
+
+
+# ---------------------------------------------------------------------------------------------- plug-ins
+#: Entry-point group through which installed packages publish policies (``name = "pkg.module:Class"``).
+ENTRY_POINT_GROUP = "oak.policies"
+_PLUGINS: dict[str, PolicySpec] = {}
+
+
+def _import_target(ref: str, target: str) -> Any:
+    """The module ``target``: a dotted module path, or a ``.py`` file (loaded under a name derived from its
+    absolute path, so that process-pool workers load the same module)."""
+    import importlib
+    import importlib.util
+    import sys
+
+    try:
+        if target.endswith(".py") or "/" in target or "\\" in target:
+            path = Path(target).expanduser().resolve()
+            if not path.is_file():
+                raise OakInputError(f"policy {ref!r}: no such file {str(path)!r}")
+            name = f"oak_plugin_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:10]}"
+            if name in sys.modules:
+                return sys.modules[name]
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise OakInputError(f"policy {ref!r}: cannot load {str(path)!r} as Python")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+            return module
+        return importlib.import_module(target)
+    except OakInputError:
+        raise
+    except ModuleNotFoundError as exc:
+        raise OakInputError(f"policy {ref!r}: cannot import module {target!r} ({exc})") from exc
+    except Exception as exc:
+        raise OakInputError(f"policy {ref!r}: importing {target!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _plugin_spec(ref: str, obj: Any, where: str) -> PolicySpec:
+    """A registry entry for a user's policy factory ``obj`` (a class or a function returning a policy)."""
+    import inspect
+
+    from oak.policies.base import Policy as PolicyProtocol
+
+    if not callable(obj):
+        raise OakInputError(f"policy {ref!r}: {where} is a {type(obj).__name__}, not a policy class or factory")
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        sig = None
+    try:
+        sample = obj()
+    except Exception as exc:
+        raise OakInputError(
+            f"policy {ref!r}: {where}() failed: {type(exc).__name__}: {exc} (a policy must be constructible "
+            "without arguments; parameters need defaults)"
+        ) from exc
+    if not isinstance(sample, PolicyProtocol):
+        missing = [m for m in ("name", "decide", "reads_clock", "needs_node_goodput") if not hasattr(sample, m)]
+        raise OakInputError(
+            f"policy {ref!r}: {where}() returned a {type(sample).__name__}, not a policy (missing: "
+            f"{', '.join(missing)}; subclass oak.PolicyBase and define name and decide, see docs/policies.md)"
+        )
+    accepted: frozenset[str] = frozenset()
+    if sig is not None:
+        kinds = {p.kind for p in sig.parameters.values()}
+        names = {n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        accepted = frozenset(names | ({"seed", "solver"} if inspect.Parameter.VAR_KEYWORD in kinds else set()))
+    doc = (inspect.getdoc(obj) or "").split("\n")[0] or f"user policy {ref}"
+    digest = None
+    with contextlib.suppress(TypeError, OSError):
+        source = inspect.getsourcefile(obj)
+        if source is not None:
+            digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()[:16]
+    return PolicySpec(ref, doc, str(sample.name), obj, accepted, source_digest=digest)
+
+
+def _load_plugin(ref: str) -> PolicySpec:
+    target, sep, attr = ref.rpartition(":")
+    if not sep or not target or not attr.isidentifier():
+        raise OakInputError(
+            f"policy {ref!r} is unknown; expected one of {', '.join(policy_names())}, or a user policy as "
+            "MODULE:NAME or FILE.py:NAME (docs/policies.md)"
+        )
+    module = _import_target(ref, target)
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise OakInputError(f"policy {ref!r}: {target!r} defines no {attr!r}")
+    return _plugin_spec(ref, obj, f"{target}:{attr}")
+
+
+def _entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}

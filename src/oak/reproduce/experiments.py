@@ -52,6 +52,9 @@ class SeedPlan:
     rules: str = "default"
     #: restarts a failure adds to a job's count (``--failure-restarts``; ``PhysicsOptions.failure_restarts``)
     failure_restarts: int = 1
+    #: policies run beside every baseline in fig3-baselines (``--add-policies``),
+    #: e.g. a user's ``FILE.py:NAME`` (docs/policies.md)
+    extra_policies: tuple[str, ...] = ()
 
     def count(self, paper_n: int) -> int:
         if self.seeds is not None:
@@ -183,7 +186,7 @@ def fig2_sensitivity(plan: SeedPlan) -> list[Cell]:
 
 def fig3_baselines(plan: SeedPlan) -> list[Cell]:
     wls = _workloads(plan, ("small", "medium", "congestion", "stress"), ("small", "medium"))
-    return [_cell(plan, 5, pol, wl, 0.0, {}) for wl in wls for pol in ALL_POLICIES]
+    return [_cell(plan, 5, pol, wl, 0.0, {}) for wl in wls for pol in (*ALL_POLICIES, *plan.extra_policies)]
 
 
 def fig6_hybrid(plan: SeedPlan) -> list[Cell]:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from oak.io_util import write_bytes_atomic
-from oak.policies import REGISTRY
+from oak.policies.registry import REGISTRY, policy_label
 from oak.reproduce import paper
 from oak.reproduce.experiments import EXPERIMENTS, QUICK_BUDGET, QUICK_HORIZON_S, SeedPlan
 from oak.reproduce.fmt import (
@@ -72,7 +72,6 @@ from oak.reproduce.query import LABELS, Results, lookup, ordered, pick
 from oak.reproduce.stats import paired_table, rel, sensitivity_spread
 from oak.reproduce.store import ResultsStore, code_version
 
-POLICY_NAMES = {name: spec.label for name, spec in REGISTRY.items()}
 #: OAK's defaults (paper §V-A3), marked in the sensitivity figure; P_restart has none (per-application table).
 SENSITIVITY_DEFAULTS = {"p": 0.5, "alpha": 0.01, "k_max": 100.0}
 
@@ -132,7 +131,7 @@ def _cell_desc(row: pd.Series) -> str:
 
 
 def _policy_name(p: str) -> str:
-    return POLICY_NAMES.get(p, p)
+    return policy_label(p)
 
 
 def section_table2(res: Results, name: str) -> Section:
@@ -571,7 +570,7 @@ def section_fig3(res: Results, name: str) -> Section:
             rows.append(
                 [
                     wl,
-                    pol,
+                    pol if pol in REGISTRY else f"{policy_label(pol)} (`{pol}`)",
                     _ci(r),
                     str(int(r["n"])),
                     fmt_ratio(ratio),

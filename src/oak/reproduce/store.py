@@ -21,6 +21,7 @@ import pandas as pd
 
 from oak.engine.metrics import RunResult
 from oak.io_util import write_bytes_atomic
+from oak.policies import policy_spec
 from oak.sim.compare import RunSpec
 
 RUN_FILE = "runs.parquet"
@@ -66,7 +67,10 @@ def spec_dict(spec: RunSpec) -> dict[str, Any]:
 
 def spec_key(spec: RunSpec) -> str:
     """SHA-256 (first 24 hex digits) of the canonical JSON of the spec and the code version."""
-    doc = {"spec": spec_dict(spec), "code": code_version()}
+    doc: dict[str, Any] = {"spec": spec_dict(spec), "code": code_version()}
+    plugin = policy_spec(spec.policy).source_digest  # a user's policy: its own source counts too
+    if plugin is not None:
+        doc["policy_source"] = plugin
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 

@@ -77,6 +77,13 @@ RulesOpt = Annotated[
     ),
 ]
 FailureRestartsOpt = Annotated[int, typer.Option(help="Restarts a failure adds to a job's count n: 0, 1 or 2.")]
+FailureModelOpt = Annotated[
+    str,
+    typer.Option(
+        help="Hardware failure model NAME[:key=value,...] ('oak failures list'): paper (λ only), llama3, rsc1, "
+        "lemon, domain; e.g. llama3:scale=300. Its events add to --failure-rate's."
+    ),
+]
 FailureModeOpt = Annotated[
     str,
     typer.Option(

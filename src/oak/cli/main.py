@@ -14,6 +14,7 @@ from oak.cli.common import (
     CLUSTER_HELP,
     CkptOpt,
     ClusterOpt,
+    FailureModelOpt,
     FailureModeOpt,
     FailureRestartsOpt,
     GenerationsOpt,
@@ -60,6 +61,7 @@ def _physics(
     rules: str = "default",
     failure_restarts: int = 1,
     failure_mode: str = "restore",
+    failure_model: str = "paper",
 ) -> Any:
     from oak.engine.rules import PhysicsOptions, with_rules
 
@@ -73,6 +75,7 @@ def _physics(
         horizon_s=horizon,
         failure_restarts=failure_restarts,
         failure_mode=failure_mode,
+        failure_model=failure_model,
     )
     return with_rules(base, rules)
 
@@ -126,6 +129,7 @@ def simulate(
     rules: RulesOpt = "default",
     failure_restarts: FailureRestartsOpt = 1,
     failure_mode: FailureModeOpt = "restore",
+    failure_model: FailureModelOpt = "paper",
     json_path: JsonOpt = None,
     trace_jobs: Annotated[
         Path | None,
@@ -154,6 +158,7 @@ def simulate(
         rules,
         failure_restarts,
         failure_mode,
+        failure_model,
     )
     params = _policy_params(
         [policy], solver, p=p, alpha=alpha, k_max=k_max, mu_na=mu_na, population=population, generations=generations
@@ -239,11 +244,12 @@ def compare(
     rules: RulesOpt = "default",
     failure_restarts: FailureRestartsOpt = 1,
     failure_mode: FailureModeOpt = "restore",
+    failure_model: FailureModelOpt = "paper",
     json_path: JsonOpt = None,
 ) -> None:
     """Paired comparison of policies × failure rates × seeds; prints a table of means over seeds."""
     from oak.io_util import write_json
-    from oak.sim.compare import RunSpec, run_many, summarise
+    from oak.sim.compare import RunSpec, common_node_failures, run_many, summarise
 
     physics = _physics(
         restore_cost,
@@ -256,6 +262,7 @@ def compare(
         rules,
         failure_restarts,
         failure_mode,
+        failure_model,
     )
     names = [x.strip() for x in policies.split(",") if x.strip()]
     if not names:
@@ -282,6 +289,7 @@ def compare(
         task = bar.add_task(f"simulating {len(specs)} runs", total=len(specs))
         results = run_many(specs, workers=workers, progress=lambda _r: bar.advance(task))
     rows = summarise(results)
+    hardware = any(r.failure_model for r in results)
     table = Table(title=f"{results[0].workload}: mean over {seeds} paired seeds")
     for col in (
         "policy",
@@ -293,9 +301,15 @@ def compare(
         "restarts/job",
         "decision (ms)",
         "unfinished",
+        *(("node failures", "lost GPU-h", "effective") if hardware else ()),
     ):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for r in rows:
+        extra = (
+            (f"{r['node_failures']:.1f}", f"{r['lost_gpu_hours']:,.1f}", f"{100 * r['effective_training']:.1f} %")
+            if hardware
+            else ()
+        )
         table.add_row(
             r["policy"],
             f"{r['failure_rate']:g}",
@@ -306,10 +320,22 @@ def compare(
             f"{r['restarts_per_job']:.2f}",
             f"{r['decision_ms_mean']:.3f}",
             str(r["unfinished_jobs"]),
+            *extra,
         )
     console.print(table)
+    if hardware:
+        console.print(
+            f"failure model {results[0].failure_model}; node failures: hardware events up to the earliest end among "
+            "the paired runs of each seed (the same for every policy)"
+        )
     if json_path is not None:
-        write_json(json_path, {"runs": [r.to_json() for r in results], "summary": rows})
+        docs = []
+        for run in results:
+            d = run.to_json()
+            if hardware:
+                d["node_failures_paired"] = common_node_failures(run, results)
+            docs.append(d)
+        write_json(json_path, {"runs": docs, "summary": rows})
         console.print(f"wrote {json_path}")
 
 
@@ -398,6 +424,23 @@ def catalog_build(
         catalog = build_catalog(profiles)
     write_catalog(catalog, target)
     console.print(f"wrote {target}: {len(catalog.apps)} applications")
+
+
+failures_app = typer.Typer(no_args_is_help=True, help="Hardware failure models and their published sources.")
+app.add_typer(failures_app, name="failures")
+
+
+@failures_app.command("list")
+def failures_list() -> None:
+    """List the failure-model presets (--failure-model NAME[:key=value,...]) with their parameters and sources."""
+    from oak.failures.hardware import PRESETS
+
+    table = Table(title="failure models (rates per 1,000 node-days / domain-days / job-hours; scale=K multiplies them)")
+    for col in ("name", "parameters", "source"):
+        table.add_column(col, overflow="fold")
+    for name, m in PRESETS.items():
+        table.add_row(name, m.describe().partition("(")[2].rstrip(")") or "—", m.source)
+    console.print(table)
 
 
 def main() -> None:

@@ -67,6 +67,8 @@ class JobsState:
     max_run_gpus: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     #: failed jobs that keep their GPUs without progress until their allocation changes (failure_mode "ghost")
     ghost: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    #: (K,) nodes out of service (a hardware failure under repair): no job may be placed on them
+    node_down: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
     @classmethod
     def initial(cls, submit: np.ndarray) -> JobsState:

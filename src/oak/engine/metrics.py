@@ -58,6 +58,11 @@ class RunResult:
     makespan_s: float
     end_time_s: float
     wall_s: float
+    #: the hardware failure model of the run (``HardwareModel.describe``), "" for the paper's per-job coin only
+    failure_model: str = ""
+    #: times (s) of the run's hardware events (node and domain failures): the same for every policy up to any
+    #: time both runs reach, for a seed
+    hardware_events: tuple[float, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -92,7 +97,22 @@ class RunResult:
             "rounds": len(self.decision_ms),
             "unfinished_jobs": sum(j.jct_s is None for j in self.jobs),
             "wall_s": self.wall_s,
+            **self.failure_summary(),
         }
+
+    def failure_summary(self) -> dict[str, Any]:
+        """Hardware events and their cost: node failures in the run, GPU-hours lost (restores and lost work),
+        effective training time (productive share of the allocated GPU-time, what operators report)."""
+        used = sum(j.gpu_s_used for j in self.jobs)
+        lost = sum(j.gpu_s_lost for j in self.jobs)
+        out: dict[str, Any] = {
+            "lost_gpu_hours": lost / 3600.0,
+            "effective_training": (used - lost) / used if used > 0 else float("nan"),
+        }
+        if self.failure_model:
+            out["failure_model"] = self.failure_model
+            out["node_failures"] = len(self.hardware_events)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         out = self.summary()

@@ -152,13 +152,17 @@ class ClusterModel:
         if owners:  # one scatter for all jobs' GPUs: GPUs held per (job, node)
             gpu_ids = [g for i in active for g in st.gpus[i]]
             np.add.at(held, (np.array(owners), self.gpu_node[gpu_ids]), 1)
+        capacity, node_gpus = self.capacity, self.node_gpus
+        if st.node_down.any():  # nodes under repair hold no GPUs this round
+            node_gpus = np.where(st.node_down, 0, self.node_gpus)
+            capacity = np.bincount(self.node_type, weights=node_gpus, minlength=len(self.capacity)).astype(np.int64)
         snap = RoundSnapshot(
             time_s=t,
             configs=self.configs,
             gpu_types=self.cluster.gpu_types,
             config_type=self.config_type,
             config_gpus=self.config_gpus,
-            capacity=self.capacity,
+            capacity=frozen_array(capacity, np.int64),
             job_names=tuple(self.names[active].tolist()),
             applications=tuple(self.app_names[active].tolist()),
             goodput=frozen_array(good, np.float64),
@@ -180,7 +184,7 @@ class ClusterModel:
             remaining_work=frozen_array(self.total[active] - st.progress[active], np.float64),
             total_work=frozen_array(self.total[active], np.float64),
             node_type=self.node_type,
-            node_gpus=self.node_gpus,
+            node_gpus=frozen_array(node_gpus, np.int64),
             current_replicas=frozen_array(held, np.int64),
             node_goodput=None if node_goodput is None else frozen_array(node_goodput, np.float64),
             policy_state=st.policy_state,
@@ -228,11 +232,12 @@ class ClusterModel:
             raise RuntimeError(f"policy {name!r} chose an invalid configuration at t={t}")
         used = np.zeros(len(self.capacity), dtype=np.int64)
         np.add.at(used, self.config_type[choice[chosen]], self.config_gpus[choice[chosen]])
-        if np.any(used > self.capacity):
+        if np.any(used > snap.capacity):
             raise RuntimeError(f"policy {name!r} exceeded GPU capacity at t={t}")
         new_cfgs = [self.configs[c] if c >= 0 else None for c in choice]
         old_cfgs = [self.configs[st.config[i]] if st.config[i] >= 0 else None for i in active]
-        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs)
+        down = frozenset(np.flatnonzero(st.node_down).tolist())
+        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs, down)
         shapes = np.where(choice >= 0, self.config_shape[np.maximum(choice, 0)], -1)
         return shapes, placed
 
@@ -248,7 +253,7 @@ class ClusterModel:
             used = np.zeros(len(self.capacity), dtype=np.int64)
             on = out >= 0
             np.add.at(used, self.config_type[out[on]], self.config_gpus[out[on]])
-            if np.all(used <= self.capacity):
+            if np.all(used <= snap.capacity):
                 break
             out[pos] = -1
         return out
@@ -259,7 +264,7 @@ class ClusterModel:
         rep = np.asarray(alloc.replicas, dtype=np.int64)
         if rep.shape != (len(active), len(self.cluster.nodes)) or np.any(rep < 0):
             raise RuntimeError(f"policy {name!r} returned replicas of shape {rep.shape} (or negative) at t={t}")
-        if np.any(rep.sum(axis=0) > self.node_gpus):
+        if np.any(rep.sum(axis=0) > snap.node_gpus):
             raise RuntimeError(f"policy {name!r} exceeded a node's GPUs at t={t}")
         shapes = np.full(len(active), -1, dtype=np.int64)
         for pos in range(len(active)):

@@ -53,6 +53,11 @@ class PhysicsOptions:
     failure_mode: "restore" (a failed job restores in place) or "ghost" (it keeps its GPUs without progress
     until the policy changes its allocation). lost_work "since-restart": a failure loses the progress since
     the job's last (re)start (the artifact checkpoints only when a job is reallocated).
+
+    failure_model: ``NAME[:key=value,...]`` (``oak.failures.hardware``): "paper" (only the per-job coin λ), or a
+    hardware model — node failures with repair times, failure domains, lemon nodes, software failures — whose
+    events are added to λ's; a node failure also loses the work since the job's last checkpoint, taken every
+    Young/Daly interval √(2·P_restart·MTBF) of productive time unless ``lost_work`` says otherwise.
     """
 
     round_s: float = 60.0
@@ -70,8 +75,12 @@ class PhysicsOptions:
     restores_preemptible: bool = True
     failure_restarts: int = 1
     failure_mode: str = "restore"
+    failure_model: str = "paper"
 
     def __post_init__(self) -> None:
+        from oak.failures.hardware import parse_failure_model
+
+        parse_failure_model(self.failure_model)  # a bad name or value is an input error here
         if not (math.isfinite(self.round_s) and 0 < self.round_s <= MAX_TIME_S):
             raise OakInputError(
                 f"physics round_s={self.round_s!r}: expected a positive number of seconds <= {MAX_TIME_S:g}"

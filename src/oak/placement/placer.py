@@ -27,18 +27,20 @@ def place(
     configs: Sequence[Configuration | None],
     previous: Sequence[GpuSet],
     previous_configs: Sequence[Configuration | None],
+    down: frozenset[int] = frozenset(),
 ) -> list[GpuSet]:
     """GPU ids for each job (empty tuple for no configuration).
 
-    ``configs[i]``: the configuration chosen for job i; ``previous[i]``/``previous_configs[i]``: what it held.
+    ``configs[i]``: the configuration chosen for job i; ``previous[i]``/``previous_configs[i]``: what it held;
+    ``down``: nodes out of service (none of their GPUs is used).
     """
     kept = [
         c is not None and c == pc and len(prev) == c.gpus
         for c, pc, prev in zip(configs, previous_configs, previous, strict=True)
     ]
-    result = _try_place(cluster, configs, previous, kept)
+    result = _try_place(cluster, configs, previous, kept, down)
     if result is None:
-        result = _try_place(cluster, configs, previous, [False] * len(configs))
+        result = _try_place(cluster, configs, previous, [False] * len(configs), down)
     if result is None:
         raise PlacementError("no placement fits the chosen configurations")
     return result
@@ -49,9 +51,11 @@ def _try_place(
     configs: Sequence[Configuration | None],
     previous: Sequence[GpuSet],
     kept: Sequence[bool],
+    down: frozenset[int] = frozenset(),
 ) -> list[GpuSet] | None:
     free: list[list[int]] = [
-        list(range(first, first + node.gpus)) for first, node in zip(cluster.first_gpu, cluster.nodes, strict=True)
+        [] if node.node_id in down else list(range(first, first + node.gpus))
+        for first, node in zip(cluster.first_gpu, cluster.nodes, strict=True)
     ]
     out: list[GpuSet] = [() for _ in configs]
     for i, keep in enumerate(kept):
@@ -66,7 +70,11 @@ def _try_place(
         nodes = [n for n in cluster.nodes if n.gpu_type == cfg.gpu_type]
         if cfg.nodes > 1:
             per_node = cfg.gpus // cfg.nodes
-            whole = [n.node_id for n in reversed(nodes) if len(free[n.node_id]) == n.gpus and n.gpus >= per_node]
+            whole = [
+                n.node_id
+                for n in reversed(nodes)
+                if n.node_id not in down and len(free[n.node_id]) == n.gpus and n.gpus >= per_node
+            ]
             if len(whole) < cfg.nodes:
                 return None
             gpus: list[int] = []

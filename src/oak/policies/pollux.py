@@ -245,7 +245,7 @@ def _fair_share_goodput(ng: FloatArray, node_gpus: IntArray, node_type: IntArray
     if r_f < r_dim:
         for t in range(t_count):
             gpus_t = node_gpus[node_type == t]
-            if len(gpus_t) == 0:
+            if len(gpus_t) == 0 or int(gpus_t.max()) == 0:  # no node of the type (or all under repair)
                 continue
             n_f = math.ceil(r_f / int(gpus_t.max()))
             if n_f < n_dim:

@@ -93,6 +93,21 @@ def summarise(results: Sequence[RunResult]) -> list[dict[str, Any]]:
                 "restarts_per_job": float(np.mean([x["restarts_per_job"] for x in s])),
                 "decision_ms_mean": float(np.mean([x["decision_ms_mean"] for x in s])),
                 "unfinished_jobs": int(sum(x["unfinished_jobs"] for x in s)),
+                "lost_gpu_hours": float(np.mean([x["lost_gpu_hours"] for x in s])),
+                "effective_training": float(np.mean([x["effective_training"] for x in s])),
+                **(
+                    {"node_failures": float(np.mean([common_node_failures(r, results) for r in runs]))}
+                    if any(r.failure_model for r in runs)
+                    else {}
+                ),
             }
         )
     return rows
+
+
+def common_node_failures(run: RunResult, results: Sequence[RunResult]) -> int:
+    """The run's hardware events up to the earliest end among the runs paired with it (same workload, failure
+    rate and seed): a count that must be equal for every policy (the events do not depend on the policy)."""
+    peers = [r for r in results if (r.workload, r.failure_rate, r.seed) == (run.workload, run.failure_rate, run.seed)]
+    end = min(r.end_time_s for r in peers)
+    return sum(1 for t in run.hardware_events if t <= end)

@@ -30,6 +30,7 @@ from oak.engine.rules import PhysicsOptions
 from oak.engine.step import Intent, step
 from oak.errors import OakInputError
 from oak.failures import FailureStream, failure_model, rng
+from oak.failures.hardware import HardwareModel, parse_failure_model
 from oak.model.cluster import Cluster
 from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.placement.placer import GpuSet
@@ -84,8 +85,19 @@ class Simulator:
         fail_u = np.ones(n)
         stream = FailureStream(seed, self.model.keys, round_s)
         failures = failure_model(ph.failure_scope, failure_rate)
+        hw = parse_failure_model(ph.failure_model)
+        hw_on = hw.hardware or hw.software_rate > 0
+        n_nodes = len(self.model.cluster.nodes)
+        down_until = np.zeros(n_nodes)
+        st.node_down = np.zeros(n_nodes, bool)
+        hw_pending: list[tuple[float, tuple[int, ...]]] = []
+        hw_log: list[float] = []
+        sw_u = sw_time = np.ones(n)
+        sw_p = 0.0
+        node_rate_s = float(hw.node_rates(seed, n_nodes).mean()) if hw.hardware else 0.0
         decision_ms: list[float] = []
-        skip_idle = self.idle_fast_forward and on_round is None
+        # no fast-forward under hardware failures: repairs change the capacity, and every interval's events count
+        skip_idle = self.idle_fast_forward and on_round is None and not hw_on
         clock_free = skip_idle and not policy.reads_clock
         immediate = not ph.fixed_steps  # re-decide on arrival, completion and failure, not only on the grid
         decide = immediate or abs(t - round(t / round_s) * round_s) <= _EPS * max(1.0, t)
@@ -95,6 +107,9 @@ class Simulator:
             if k != interval:
                 interval = k
                 fail_u, fail_time = stream.interval(k)  # a fresh array: failures that fired are marked inf
+                if hw_on:
+                    hw_pending = hw.interval_events(seed, n_nodes, k, round_s)
+                    sw_u, sw_time, sw_p = hw.software_draws(seed, self.model.keys, k, round_s)
             idle = False
             if decide:
                 active = np.flatnonzero(st.arrived & ~st.done)
@@ -137,6 +152,16 @@ class Simulator:
                 cand = alloc & ~st.ghost & (fail_time > t) & (fail_u < p_fail)
                 if cand.any():
                     candidates.append(float(fail_time[cand].min()))
+            if hw_on:
+                later = [e for e, _ in hw_pending if e > t + _EPS * max(1.0, t)]
+                if later:
+                    candidates.append(min(later))
+                repairing = down_until > t
+                if repairing.any():
+                    candidates.append(float(down_until[repairing].min()))
+                cand = alloc & ~st.ghost & (sw_time > t) & (sw_u < sw_p)
+                if cand.any():
+                    candidates.append(float(sw_time[cand].min()))
             t_next = min(candidates)
             self._advance(st, t_next - t)
             t = t_next
@@ -162,6 +187,14 @@ class Simulator:
                 if hit.any():
                     self._fail(st, np.flatnonzero(hit))
                     fail_time[hit] = np.inf
+                    decide = decide or immediate
+            if hw_on and self._hardware_events(st, t, hw, hw_pending, hw_log, down_until, node_rate_s):
+                decide = decide or immediate
+            if hw_on and sw_p > 0:
+                hit = (st.shape >= 0) & ~st.ghost & (np.abs(sw_time - t) <= _EPS * max(1.0, t)) & (sw_u < sw_p)
+                if hit.any():
+                    self._fail(st, np.flatnonzero(hit))
+                    sw_time[hit] = np.inf
                     decide = decide or immediate
             newly = ~st.arrived & (st.submit <= t + _EPS)
             if newly.any():
@@ -197,6 +230,8 @@ class Simulator:
             makespan_s=last - float(st.submit.min()),
             end_time_s=end,
             wall_s=time.perf_counter() - wall_start,
+            failure_model=hw.describe() if hw_on else "",
+            hardware_events=tuple(hw_log),
         )
 
     # ------------------------------------------------------------ helpers
@@ -223,6 +258,74 @@ class Simulator:
 
     def _gpu_count(self, st: JobsState) -> np.ndarray:
         return np.where(st.shape >= 0, self.model.shape_replicas[np.maximum(st.shape, 0)], 0)
+
+    def _hardware_events(
+        self,
+        st: JobsState,
+        t: float,
+        hw: HardwareModel,
+        pending: list[tuple[float, tuple[int, ...]]],
+        log: list[float],
+        down_until: np.ndarray,
+        node_rate_s: float,
+    ) -> bool:
+        """Repairs that end at ``t`` and node or domain failures at ``t``; True if the cluster changed. A failed
+        node is out of service for ``repair_s``; every job with a GPU on it fails, loses the work since its last
+        checkpoint and its GPUs, and is placed again by the next decision (its restart counts then)."""
+        tol = _EPS * max(1.0, t)
+        changed = False
+        back = st.node_down & (down_until <= t + tol)
+        if back.any():
+            st.node_down[back] = False
+            down_until[back] = 0.0
+            changed = True
+        while pending and pending[0][0] <= t + tol:
+            when, nodes = pending.pop(0)
+            if when < t - tol:
+                continue  # before the run reached this interval's decision point: cannot occur
+            fresh = [j for j in nodes if not st.node_down[j]]
+            if not fresh:
+                continue
+            log.append(when)
+            st.node_down[fresh] = True
+            down_until[fresh] = when + hw.repair_s
+            changed = True
+            gone = set(fresh)
+            hit = [
+                i
+                for i in np.flatnonzero(st.shape >= 0).tolist()
+                if any(int(self.model.gpu_node[g]) in gone for g in st.gpus[i])
+            ]
+            for i in hit:
+                self._lose_work(st, i, node_rate_s, hw)
+                st.failures[i] += 1
+                st.rate[i] = 0.0
+                st.shape[i] = -1
+                st.config[i] = -1
+                st.gpus[i] = ()
+                st.restore_left[i] = 0.0
+                st.ghost[i] = False
+                st.ckpt_tprog[i] = st.t_progress[i]
+        return changed
+
+    def _lose_work(self, st: JobsState, i: int, node_rate_s: float, hw: HardwareModel) -> None:
+        """Progress since the job's last checkpoint is lost: checkpoints every ``checkpoint_interval_s`` with
+        ``lost_work="since-checkpoint"``, else every Young/Daly interval √(2·P_restart·MTBF) of productive time,
+        MTBF = 1 / (the job's nodes × the mean node rate + its software rate)."""
+        ph = self.model.physics
+        if ph.lost_work == "since-checkpoint":
+            interval = ph.checkpoint_interval_s
+        else:
+            nodes = len({int(self.model.gpu_node[g]) for g in st.gpus[i]})
+            rate = nodes * node_rate_s + hw.software_rate / 1000.0 * hw.scale / 3600.0
+            interval = math.sqrt(2.0 * float(self.model.penalty[i]) / rate) if rate > 0 else math.inf
+        last = st.ckpt_tprog[i]
+        if math.isfinite(interval):
+            last = max(last, math.floor(st.t_progress[i] / interval) * interval)
+        lost_t = max(0.0, float(st.t_progress[i] - last))
+        st.progress[i] = max(0.0, st.progress[i] - st.rate[i] * lost_t)
+        st.t_progress[i] -= lost_t
+        st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
 
     def _advance(self, st: JobsState, dt: float) -> None:
         if dt <= 0:

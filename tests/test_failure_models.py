@@ -162,3 +162,25 @@ def test_cluster_capacity_is_restored_after_repair() -> None:
     first_down = next(i for i, c in enumerate(caps) if c < 12)
     assert 12 in caps[first_down:], "a repaired node never came back"
     assert dataclasses.replace(PhysicsOptions(), failure_model="rsc1").failure_model == "rsc1"
+
+
+def test_failure_study_quick(tmp_path: Path) -> None:
+    """``scripts/failure-study --quick``: the study's table, plots and runs; paired node failures per model."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "failure-study"
+    res = subprocess.run(
+        [sys.executable, str(script), "--quick", "--out", str(tmp_path), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    runs = json.loads((tmp_path / "runs.json").read_text())["runs"]
+    assert len(runs) == 4 * 4
+    for model in {r["model"] for r in runs}:
+        counts = {r["node_failures_paired"] for r in runs if r["model"] == model}
+        assert len(counts) == 1, (model, counts)  # every policy met the same hardware events
+    table = (tmp_path / "study.md").read_text()
+    assert table.count("| oak |") == 4 and "effective" in table
+    assert (tmp_path / "jct-cdf.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "lost-gpu-hours.png").read_bytes()[:4] == b"\x89PNG"

@@ -50,6 +50,10 @@ def reproduce(
         Path | None,
         typer.Option(help="restart-aware only: a folder of Sia-format traces (*.csv) to run on sia-64 as well."),
     ] = None,
+    failure_model: Annotated[
+        str,
+        typer.Option(help="Hardware failure model of every run, NAME[:key=value,...] ('oak failures list')."),
+    ] = "paper",
     add_policies: Annotated[
         str | None,
         typer.Option(
@@ -104,7 +108,10 @@ def reproduce(
     extra = tuple(x.strip() for x in (add_policies or "").split(",") if x.strip())
     if extra and "fig3-baselines" not in names:
         fail("--add-policies applies to the experiment fig3-baselines (every baseline, λ = 0, paired runs)")
+    from oak.failures.hardware import parse_failure_model
     from oak.policies import policy_spec
+
+    parse_failure_model(failure_model)  # a bad model is an input error before anything runs
 
     for pol in extra:
         policy_spec(pol)  # an unknown name or a broken plug-in is an input error before anything runs
@@ -116,6 +123,7 @@ def reproduce(
         rules=rules,
         failure_restarts=failure_restarts,
         extra_policies=extra,
+        failure_model=failure_model,
     )
     specs = [s for n in names for cell in EXPERIMENTS[n].cells(plan) for s in cell.specs]
     store = ResultsStore(out)

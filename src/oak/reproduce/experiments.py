@@ -55,6 +55,8 @@ class SeedPlan:
     #: policies run beside every baseline in fig3-baselines (``--add-policies``),
     #: e.g. a user's ``FILE.py:NAME`` (docs/policies.md)
     extra_policies: tuple[str, ...] = ()
+    #: hardware failure model of every run (``--failure-model``; ``PhysicsOptions.failure_model``)
+    failure_model: str = "paper"
 
     def count(self, paper_n: int) -> int:
         if self.seeds is not None:
@@ -107,6 +109,8 @@ def _cell(
     physics = with_rules(physics or PhysicsOptions(), plan.rules)
     if plan.failure_restarts != physics.failure_restarts:
         physics = dataclasses.replace(physics, failure_restarts=plan.failure_restarts)
+    if plan.failure_model != physics.failure_model:
+        physics = dataclasses.replace(physics, failure_model=plan.failure_model)
     if plan.quick:
         physics = dataclasses.replace(physics, horizon_s=QUICK_HORIZON_S)
     n = plan.count(paper_n)

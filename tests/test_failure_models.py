@@ -176,11 +176,40 @@ def test_failure_study_quick(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     runs = json.loads((tmp_path / "runs.json").read_text())["runs"]
-    assert len(runs) == 4 * 4
+    assert len(runs) == 4 * 5
     for model in {r["model"] for r in runs}:
         counts = {r["node_failures_paired"] for r in runs if r["model"] == model}
         assert len(counts) == 1, (model, counts)  # every policy met the same hardware events
     table = (tmp_path / "study.md").read_text()
-    assert table.count("| oak |") == 4 and "effective" in table
+    assert table.count("| oak |") == 4 and table.count("| oak-unaware |") == 4 and "effective" in table
     assert (tmp_path / "jct-cdf.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "lost-gpu-hours.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_failure_aware_placement_prefers_healthy_nodes() -> None:
+    """New placements go to the nodes with the fewest observed failures; without health the usual order."""
+    from oak.model.cluster import homogeneous_cluster
+    from oak.model.config import Configuration
+    from oak.placement.placer import place
+
+    c = homogeneous_cluster("aws", 3, 4)
+    one = Configuration("aws", 1, 2)
+    assert place(c, [one], [()], [None]) == [(0, 1)]
+    assert place(c, [one], [()], [None], health=[2, 0, 1]) == [(4, 5)]
+    two = Configuration("aws", 2, 8)
+    assert place(c, [two], [()], [None]) == [tuple(range(4, 12))]
+    assert place(c, [two], [()], [None], health=[0, 0, 5]) == [tuple(range(0, 8))]
+    # kept jobs keep their GPUs whatever the health
+    assert place(c, [one], [(8, 9)], [one], health=[0, 0, 9]) == [(8, 9)]
+
+
+def test_failure_aware_oak_loses_less_under_lemon_nodes() -> None:
+    """The ablation on one stormy lemon cluster: the same hardware events, less GPU-time lost when oak places
+    new work away from the nodes it saw fail (the paper model is unaffected: no node events, no health)."""
+    sim = _sim("lemon:scale=3000,lemon_fraction=0.34,lemon_factor=20")
+    aware = sim.run(make_policy("oak"), 0.0, 1)
+    unaware = sim.run(make_policy("oak", failure_aware=False), 0.0, 1)
+    assert make_policy("oak").avoids_failing_nodes and not make_policy("oak", failure_aware=False).avoids_failing_nodes
+    end = min(aware.end_time_s, unaware.end_time_s)
+    assert [t for t in aware.hardware_events if t <= end] == [t for t in unaware.hardware_events if t <= end]
+    assert aware.summary()["lost_gpu_hours"] < unaware.summary()["lost_gpu_hours"]

@@ -69,6 +69,8 @@ class JobsState:
     ghost: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     #: (K,) nodes out of service (a hardware failure under repair): no job may be placed on them
     node_down: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    #: (K,) hardware failures observed on each node so far (node health, as a real scheduler sees it)
+    node_failures: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @classmethod
     def initial(cls, submit: np.ndarray) -> JobsState:

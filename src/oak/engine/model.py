@@ -210,17 +210,31 @@ class ClusterModel:
         return int(self.node_type[nodes[0]]), tuple(sorted(counts[counts > 0].tolist()))
 
     def plan(
-        self, snap: RoundSnapshot, alloc: Allocation, name: str, st: JobsState, active: np.ndarray
+        self,
+        snap: RoundSnapshot,
+        alloc: Allocation,
+        name: str,
+        st: JobsState,
+        active: np.ndarray,
+        avoid_failing: bool = False,
     ) -> tuple[np.ndarray, list[GpuSet]]:
         """Validate policy ``name``'s allocation and place it: each active job's shape index (−1: none) and GPU ids.
+        ``avoid_failing``: new placements take the nodes with the fewest observed failures first.
 
         Raises RuntimeError on an allocation that breaks validity, capacity or the one-type rule."""
         if alloc.replicas is not None:
             return self._apply_replicas(snap, alloc, name, snap.time_s, active, st)
-        return self._apply_configs(snap, alloc, name, snap.time_s, active, st)
+        return self._apply_configs(snap, alloc, name, snap.time_s, active, st, avoid_failing)
 
     def _apply_configs(
-        self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: JobsState
+        self,
+        snap: RoundSnapshot,
+        alloc: Allocation,
+        name: str,
+        t: float,
+        active: np.ndarray,
+        st: JobsState,
+        avoid_failing: bool = False,
     ) -> tuple[np.ndarray, list[GpuSet]]:
         choice = np.asarray(alloc.config, dtype=np.int64)
         if choice.shape != (len(active),):
@@ -237,7 +251,8 @@ class ClusterModel:
         new_cfgs = [self.configs[c] if c >= 0 else None for c in choice]
         old_cfgs = [self.configs[st.config[i]] if st.config[i] >= 0 else None for i in active]
         down = frozenset(np.flatnonzero(st.node_down).tolist())
-        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs, down)
+        health = st.node_failures.tolist() if avoid_failing and st.node_failures.any() else None
+        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs, down, health)
         shapes = np.where(choice >= 0, self.config_shape[np.maximum(choice, 0)], -1)
         return shapes, placed
 

@@ -66,7 +66,7 @@ def step(model: ClusterModel, st: JobsState, now: float, active: np.ndarray, pol
     start = time.perf_counter()
     alloc = policy.decide(snap)
     ms = (time.perf_counter() - start) * 1e3
-    shapes, placed = model.plan(snap, alloc, policy.name, st, active)
+    shapes, placed = model.plan(snap, alloc, policy.name, st, active, policy.avoids_failing_nodes)
     relocate = model.physics.restart_on == "shape"
     intents = []
     for pos, i in enumerate(active.tolist()):

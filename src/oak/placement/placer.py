@@ -28,19 +28,21 @@ def place(
     previous: Sequence[GpuSet],
     previous_configs: Sequence[Configuration | None],
     down: frozenset[int] = frozenset(),
+    health: Sequence[int] | None = None,
 ) -> list[GpuSet]:
     """GPU ids for each job (empty tuple for no configuration).
 
     ``configs[i]``: the configuration chosen for job i; ``previous[i]``/``previous_configs[i]``: what it held;
-    ``down``: nodes out of service (none of their GPUs is used).
+    ``down``: nodes out of service (none of their GPUs is used); ``health``: observed failures per node — when
+    given, new placements take the nodes with the fewest first (the usual order among equals).
     """
     kept = [
         c is not None and c == pc and len(prev) == c.gpus
         for c, pc, prev in zip(configs, previous_configs, previous, strict=True)
     ]
-    result = _try_place(cluster, configs, previous, kept, down)
+    result = _try_place(cluster, configs, previous, kept, down, health)
     if result is None:
-        result = _try_place(cluster, configs, previous, [False] * len(configs), down)
+        result = _try_place(cluster, configs, previous, [False] * len(configs), down, health)
     if result is None:
         raise PlacementError("no placement fits the chosen configurations")
     return result
@@ -52,6 +54,7 @@ def _try_place(
     previous: Sequence[GpuSet],
     kept: Sequence[bool],
     down: frozenset[int] = frozenset(),
+    health: Sequence[int] | None = None,
 ) -> list[GpuSet] | None:
     free: list[list[int]] = [
         [] if node.node_id in down else list(range(first, first + node.gpus))
@@ -75,6 +78,8 @@ def _try_place(
                 for n in reversed(nodes)
                 if n.node_id not in down and len(free[n.node_id]) == n.gpus and n.gpus >= per_node
             ]
+            if health is not None:
+                whole.sort(key=lambda nid: health[nid])  # stable: the usual order among equally healthy nodes
             if len(whole) < cfg.nodes:
                 return None
             gpus: list[int] = []
@@ -86,7 +91,7 @@ def _try_place(
             fits = [n.node_id for n in nodes if len(free[n.node_id]) >= cfg.gpus]
             if not fits:
                 return None
-            nid = min(fits, key=lambda k: (len(free[k]), k))
+            nid = min(fits, key=lambda k: (len(free[k]), k) if health is None else (health[k], len(free[k]), k))
             out[i] = tuple(free[nid][: cfg.gpus])
             del free[nid][: cfg.gpus]
     return out

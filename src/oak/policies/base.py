@@ -15,6 +15,9 @@ class Policy(Protocol):
     gives the defaults:
 
     * ``needs_node_goodput`` (default False): fill ``RoundSnapshot.node_goodput``.
+    * ``avoids_failing_nodes`` (default False): the engine places this policy's jobs on the nodes with the fewest
+      *observed* hardware failures first (what a real scheduler can see, not the simulator's hidden rates), so
+      repeat offenders get work last; a job whose configuration is unchanged keeps its GPUs either way.
     * ``reads_clock`` (default True): False declares that ``decide`` is deterministic and reads none of the
       snapshot's clock fields (``time_s``, ``age_s``, ``t_queue_s``), so two snapshots equal in every other field
       get the same allocation. The simulator then skips the rounds of an idle stretch (no job holds GPUs, no
@@ -30,6 +33,9 @@ class Policy(Protocol):
     @property
     def needs_node_goodput(self) -> bool: ...
 
+    @property
+    def avoids_failing_nodes(self) -> bool: ...
+
     def decide(self, snap: RoundSnapshot) -> Allocation: ...
 
 
@@ -42,4 +48,8 @@ class PolicyBase:
 
     @property
     def needs_node_goodput(self) -> bool:
+        return False
+
+    @property
+    def avoids_failing_nodes(self) -> bool:
         return False

@@ -321,7 +321,11 @@ def _plugin_spec(ref: str, obj: Any, where: str) -> PolicySpec:
             "without arguments; parameters need defaults)"
         ) from exc
     if not isinstance(sample, PolicyProtocol):
-        missing = [m for m in ("name", "decide", "reads_clock", "needs_node_goodput") if not hasattr(sample, m)]
+        missing = [
+            m
+            for m in ("name", "decide", "reads_clock", "needs_node_goodput", "avoids_failing_nodes")
+            if not hasattr(sample, m)
+        ]
         raise OakInputError(
             f"policy {ref!r}: {where}() returned a {type(sample).__name__}, not a policy (missing: "
             f"{', '.join(missing)}; subclass oak.PolicyBase and define name and decide, see docs/policies.md)"

@@ -141,6 +141,8 @@ class RestartAwareOakPolicy(PolicyBase):
     guard_run_s: float = 3_600.0
     solver: str = "auto"
     name: str = "oak"
+    #: place on the nodes with the fewest observed failures first (``Policy.avoids_failing_nodes``)
+    failure_aware: bool = True
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.p) and self.p >= 0):
@@ -162,6 +164,10 @@ class RestartAwareOakPolicy(PolicyBase):
     @property
     def guards_waiting(self) -> bool:
         return math.isfinite(self.max_wait_s)
+
+    @property
+    def avoids_failing_nodes(self) -> bool:
+        return self.failure_aware
 
     @property
     def reads_clock(self) -> bool:

@@ -90,6 +90,7 @@ class Simulator:
         n_nodes = len(self.model.cluster.nodes)
         down_until = np.zeros(n_nodes)
         st.node_down = np.zeros(n_nodes, bool)
+        st.node_failures = np.zeros(n_nodes, np.int64)
         hw_pending: list[tuple[float, tuple[int, ...]]] = []
         hw_log: list[float] = []
         sw_u = sw_time = np.ones(n)
@@ -288,6 +289,7 @@ class Simulator:
                 continue
             log.append(when)
             st.node_down[fresh] = True
+            st.node_failures[fresh] += 1  # observed: a real scheduler sees which nodes failed
             down_until[fresh] = when + hw.repair_s
             changed = True
             gone = set(fresh)

@@ -142,7 +142,8 @@ def test_compare_reports_paired_node_failures(tmp_path: Path) -> None:
     runs = json.loads(out.read_text())["runs"]
     for seed in (0, 1):
         pair = [r for r in runs if r["seed"] == seed]
-        assert len(pair) == 2 and pair[0]["node_failures_paired"] == pair[1]["node_failures_paired"]
+        assert len(pair) == 2 and pair[0]["node_failures"] == pair[1]["node_failures"]
+        assert all(r["node_failures_in_run"] >= r["node_failures"] for r in pair)
         assert all(r["lost_gpu_hours"] > 0 and 0 < r["effective_training"] < 1 for r in pair)
     bad = subprocess.run([*cmd[:-6], "--failure-model", "llama3:scale=-1"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "scale=-1.0" in bad.stderr and "Traceback" not in bad.stderr

@@ -326,14 +326,15 @@ def compare(
     if hardware:
         console.print(
             f"failure model {results[0].failure_model}; node failures: hardware events up to the earliest end among "
-            "the paired runs of each seed (the same for every policy)"
+            "the paired runs of each seed (the same for every policy; --json also gives node_failures_in_run)"
         )
     if json_path is not None:
         docs = []
         for run in results:
             d = run.to_json()
-            if hardware:
-                d["node_failures_paired"] = common_node_failures(run, results)
+            if hardware:  # the paired count: the same for every policy of a seed; the run's own beside it
+                d["node_failures_in_run"] = d["node_failures"]
+                d["node_failures"] = common_node_failures(run, results)
             docs.append(d)
         write_json(json_path, {"runs": docs, "summary": rows})
         console.print(f"wrote {json_path}")

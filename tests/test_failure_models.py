@@ -214,3 +214,43 @@ def test_failure_aware_oak_loses_less_under_lemon_nodes() -> None:
     end = min(aware.end_time_s, unaware.end_time_s)
     assert [t for t in aware.hardware_events if t <= end] == [t for t in unaware.hardware_events if t <= end]
     assert aware.summary()["lost_gpu_hours"] < unaware.summary()["lost_gpu_hours"]
+
+
+def test_events_at_the_start_of_an_interval_are_not_dropped() -> None:
+    """An event at exactly k·round_s (v = 0) happens, for every policy (the loop enters the interval there)."""
+
+    @dataclasses.dataclass(frozen=True)
+    class AtRoundStart(HardwareModel):
+        def interval_events(
+            self, seed: int, n_nodes: int, k: int, round_s: float
+        ) -> list[tuple[float, tuple[int, ...]]]:
+            return [(k * round_s, ({10: 0, 40: 2}[k],))] if k in (10, 40) else []
+
+    import oak.sim.simulator as simulator_module
+
+    model = AtRoundStart("start", node_rate=1.0)
+    original = simulator_module.parse_failure_model
+    simulator_module.parse_failure_model = lambda text: model  # type: ignore[assignment]
+    try:
+        for pol in ("oak", "sia"):
+            res = _sim("llama3").run(make_policy(pol), 0.0, 0)
+            assert res.hardware_events[:2] == (600.0, 2400.0), (pol, res.hardware_events)
+    finally:
+        simulator_module.parse_failure_model = original
+
+
+def test_zero_restart_penalty_loses_nothing_and_does_not_crash() -> None:
+    wl = load_workload("medium")
+    free = dataclasses.replace(wl, jobs=tuple(dataclasses.replace(j, restart_penalty_s=0.0) for j in wl.jobs))
+    res = Simulator(free, physics=PhysicsOptions(failure_model=STORMY)).run(make_policy("sia"), 0.0, 0)
+    assert res.finished and sum(j.failures for j in res.jobs) > 0
+    assert res.summary()["lost_gpu_hours"] == pytest.approx(0.0, abs=1e-9)  # free checkpoints, free restores
+
+
+def test_repair_time_must_be_positive_and_idle_runs_are_fully_effective() -> None:
+    with pytest.raises(OakInputError, match=r"repair_s=0\.0"):
+        parse_failure_model("llama3:repair_s=0")
+    from oak.engine.metrics import RunResult
+
+    empty = RunResult("p", "w", 0.0, 0, (), (), 0.0, 0.0, 0.0)
+    assert empty.failure_summary()["effective_training"] == 1.0

@@ -107,7 +107,7 @@ class RunResult:
         lost = sum(j.gpu_s_lost for j in self.jobs)
         out: dict[str, Any] = {
             "lost_gpu_hours": lost / 3600.0,
-            "effective_training": (used - lost) / used if used > 0 else float("nan"),
+            "effective_training": (used - lost) / used if used > 0 else 1.0,  # no GPU time: nothing lost
         }
         if self.failure_model:
             out["failure_model"] = self.failure_model

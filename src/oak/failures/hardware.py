@@ -68,6 +68,10 @@ class HardwareModel:
             raise OakInputError(f"failure model {self.name!r}: scale={self.scale!r}: expected a number > 0")
         if not (math.isfinite(self.lemon_factor) and self.lemon_factor >= 1):
             raise OakInputError(f"failure model {self.name!r}: lemon_factor={self.lemon_factor!r}: expected >= 1")
+        if not self.repair_s > 0:
+            raise OakInputError(
+                f"failure model {self.name!r}: repair_s={self.repair_s!r}: expected a number of seconds > 0"
+            )
         if self.lemon_fraction > 1:
             raise OakInputError(f"failure model {self.name!r}: lemon_fraction={self.lemon_fraction!r}: expected <= 1")
         if isinstance(self.domain_nodes, bool) or not isinstance(self.domain_nodes, int) or self.domain_nodes < 0:

@@ -111,6 +111,9 @@ class Simulator:
                 if hw_on:
                     hw_pending = hw.interval_events(seed, n_nodes, k, round_s)
                     sw_u, sw_time, sw_p = hw.software_draws(seed, self.model.keys, k, round_s)
+                    # events at the very start of the interval (or before a run that starts inside it) happen now
+                    if self._hardware_events(st, t, hw, hw_pending, hw_log, down_until, node_rate_s):
+                        decide = decide or immediate
             idle = False
             if decide:
                 active = np.flatnonzero(st.arrived & ~st.done)
@@ -194,6 +197,8 @@ class Simulator:
             if hw_on and sw_p > 0:
                 hit = (st.shape >= 0) & ~st.ghost & (np.abs(sw_time - t) <= _EPS * max(1.0, t)) & (sw_u < sw_p)
                 if hit.any():
+                    for j in np.flatnonzero(hit).tolist():
+                        self._lose_work(st, int(j), node_rate_s, hw)
                     self._fail(st, np.flatnonzero(hit))
                     sw_time[hit] = np.inf
                     decide = decide or immediate
@@ -282,8 +287,6 @@ class Simulator:
             changed = True
         while pending and pending[0][0] <= t + tol:
             when, nodes = pending.pop(0)
-            if when < t - tol:
-                continue  # before the run reached this interval's decision point: cannot occur
             fresh = [j for j in nodes if not st.node_down[j]]
             if not fresh:
                 continue
@@ -313,21 +316,37 @@ class Simulator:
     def _lose_work(self, st: JobsState, i: int, node_rate_s: float, hw: HardwareModel) -> None:
         """Progress since the job's last checkpoint is lost: checkpoints every ``checkpoint_interval_s`` with
         ``lost_work="since-checkpoint"``, else every Young/Daly interval √(2·P_restart·MTBF) of productive time,
-        MTBF = 1 / (the job's nodes × the mean node rate + its software rate)."""
+        MTBF = 1 / (its nodes × the mean node rate + its racks × the domain rate + its software rate); a job
+        whose P_restart is 0 checkpoints for free and loses nothing. The lost progress is valued at the job's
+        rate on its configuration (also while it restores, when it makes none)."""
         ph = self.model.physics
         if ph.lost_work == "since-checkpoint":
             interval = ph.checkpoint_interval_s
         else:
-            nodes = len({int(self.model.gpu_node[g]) for g in st.gpus[i]})
-            rate = nodes * node_rate_s + hw.software_rate / 1000.0 * hw.scale / 3600.0
-            interval = math.sqrt(2.0 * float(self.model.penalty[i]) / rate) if rate > 0 else math.inf
+            nodes = {int(self.model.gpu_node[g]) for g in st.gpus[i]}
+            racks = {n // hw.domain_nodes for n in nodes} if hw.domain_nodes > 0 else set()
+            rate = (
+                len(nodes) * node_rate_s
+                + len(racks) * hw.domain_rate / 1000.0 * hw.scale / 86_400.0
+                + hw.software_rate / 1000.0 * hw.scale / 3600.0
+            )
+            penalty = float(self.model.penalty[i])
+            if penalty <= 0:
+                return
+            interval = math.sqrt(2.0 * penalty / rate) if rate > 0 else math.inf
         last = st.ckpt_tprog[i]
-        if math.isfinite(interval):
+        if math.isfinite(interval) and interval > 0:
             last = max(last, math.floor(st.t_progress[i] / interval) * interval)
         lost_t = max(0.0, float(st.t_progress[i] - last))
-        st.progress[i] = max(0.0, st.progress[i] - st.rate[i] * lost_t)
+        if lost_t <= 0:
+            return
+        e = self.model.tables.epochs(np.array([i]), st.progress[[i]])
+        row = self.model.tables.rows(np.array([i]), e)
+        rate_i = float(self.model.tables.rate[row, st.shape[i]][0] / self.model.calibration[i])
+        st.progress[i] = max(0.0, st.progress[i] - rate_i * lost_t)
         st.t_progress[i] -= lost_t
         st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
+        st.ckpt_tprog[i] = st.t_progress[i]
 
     def _advance(self, st: JobsState, dt: float) -> None:
         if dt <= 0:
@@ -368,6 +387,8 @@ class Simulator:
                 st.t_progress[i] -= lost_t
                 st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
                 st.ckpt_tprog[i] = st.t_progress[i]
+            else:
+                st.ckpt_tprog[i] = st.t_progress[i]  # nothing lost: the job resumes from where it failed
             st.failures[i] += 1
             st.restarts[i] += ph.failure_restarts
             st.rate[i] = 0.0

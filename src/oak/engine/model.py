@@ -154,15 +154,17 @@ class ClusterModel:
             np.add.at(held, (np.array(owners), self.gpu_node[gpu_ids]), 1)
         capacity, node_gpus = self.capacity, self.node_gpus
         if st.node_down.any():  # nodes under repair hold no GPUs this round
-            node_gpus = np.where(st.node_down, 0, self.node_gpus)
-            capacity = np.bincount(self.node_type, weights=node_gpus, minlength=len(self.capacity)).astype(np.int64)
+            node_gpus = frozen_array(np.where(st.node_down, 0, self.node_gpus), np.int64)
+            capacity = frozen_array(
+                np.bincount(self.node_type, weights=node_gpus, minlength=len(self.capacity)), np.int64
+            )
         snap = RoundSnapshot(
             time_s=t,
             configs=self.configs,
             gpu_types=self.cluster.gpu_types,
             config_type=self.config_type,
             config_gpus=self.config_gpus,
-            capacity=frozen_array(capacity, np.int64),
+            capacity=capacity,
             job_names=tuple(self.names[active].tolist()),
             applications=tuple(self.app_names[active].tolist()),
             goodput=frozen_array(good, np.float64),
@@ -184,7 +186,7 @@ class ClusterModel:
             remaining_work=frozen_array(self.total[active] - st.progress[active], np.float64),
             total_work=frozen_array(self.total[active], np.float64),
             node_type=self.node_type,
-            node_gpus=frozen_array(node_gpus, np.int64),
+            node_gpus=node_gpus,
             current_replicas=frozen_array(held, np.int64),
             node_goodput=None if node_goodput is None else frozen_array(node_goodput, np.float64),
             policy_state=st.policy_state,

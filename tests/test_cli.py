@@ -101,3 +101,26 @@ def test_bad_workload_file_names_line(tmp_path: Path) -> None:
     res = oak("simulate", "--workload", str(bad))
     assert res.returncode == 2
     assert f"{bad}:3: field 'submit_time_s'" in " ".join(res.stderr.split())
+
+
+def test_every_physics_option_is_a_flag_of_simulate_and_compare() -> None:
+    """The physics flags are generated from PhysicsOptions: one per field, on both commands, passed through."""
+    import dataclasses
+
+    from oak.cli.common import physics_flag
+    from oak.engine.rules import PhysicsOptions
+
+    for command in ("simulate", "compare"):
+        text = " ".join(oak(command, "--help").stdout.split())
+        for f in dataclasses.fields(PhysicsOptions):
+            flag = "--" + physics_flag(f.name).replace("_", "-")
+            assert flag[:18] in text, (command, flag)  # help may cut long flag names
+
+
+def test_physics_flags_reach_the_run(tmp_path: Path) -> None:
+    out = tmp_path / "h.json"
+    res = oak("simulate", "--workload", "small", "--policy", "sia", "--horizon", "2000", "--json", str(out))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(out.read_text())["runs"][0]["unfinished_jobs"] > 0  # stopped at the 2,000 s horizon
+    res = oak("compare", "--workload", "small", "--policies", "sia", "--seeds", "1", "--restart-on", "sideways")
+    assert res.returncode == 2 and "restart_on='sideways'" in res.stderr

@@ -4,6 +4,7 @@ types and the per-job table. Subcommand modules import this, never ``oak.cli.mai
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -57,47 +58,12 @@ def fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
-RestoreOpt = Annotated[
-    str,
-    typer.Option(help="Restore delay per (re)start or failure: 'per-app' (P_restart) or seconds, e.g. 60."),
-]
-ScopeOpt = Annotated[str, typer.Option(help="Failure rate applies per 'job' or per 'gpu'.")]
-LostOpt = Annotated[
-    str,
-    typer.Option(
-        help="'none', 'since-checkpoint' (progress since the last checkpoint is lost) or 'since-restart' (since "
-        "the job's last (re)start)."
-    ),
-]
 RulesOpt = Annotated[
     str,
     typer.Option(
         help="Simulator rules: 'default' or 'sia-artifact' (the Sia artifact's: 1-GPU bootstrap, 2x exploration "
         "cap, restarts only on a change of per-node shape, fixed 60 s steps, restores not preemptible)."
     ),
-]
-FailureRestartsOpt = Annotated[int, typer.Option(help="Restarts a failure adds to a job's count n: 0, 1 or 2.")]
-FailureModelOpt = Annotated[
-    str,
-    typer.Option(
-        help="Hardware failure model NAME[:key=value,...] ('oak failures list'): paper (λ only), llama3, rsc1, "
-        "lemon, domain; e.g. llama3:scale=300. Its events add to --failure-rate's."
-    ),
-]
-FailureModeOpt = Annotated[
-    str,
-    typer.Option(
-        help="'restore' (a failed job restores in place) or 'ghost' (it keeps its GPUs without progress until "
-        "its allocation changes)."
-    ),
-]
-CkptOpt = Annotated[
-    float, typer.Option(help="Checkpoint interval (s of productive time) for --lost-work since-checkpoint.")
-]
-QueueOpt = Annotated[str, typer.Option(help="T_queue: 'accumulated' or 'since-last-run'.")]
-JitterOpt = Annotated[float, typer.Option(help="Seeded submission jitter, uniform in [0, J) seconds.")]
-HorizonOpt = Annotated[
-    float, typer.Option(help="Stop simulating after this many seconds (unfinished jobs are reported).")
 ]
 SolverOpt = Annotated[
     str,
@@ -135,3 +101,49 @@ def jobs_table(result: Any, title: str, digits: int = 0) -> Table:
             f"{j.t_queue_s:,.{digits}f}",
         )
     return table
+
+
+def physics_flag(field: str) -> str:
+    """The command-line name of a PhysicsOptions field: dashes, without a seconds suffix (``horizon_s`` →
+    ``horizon``)."""
+    return field[:-2] if field.endswith("_s") else field
+
+
+def with_physics_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command one option per field of ``PhysicsOptions`` — type, default and help generated from the
+    dataclass and ``oak.engine.rules.FIELD_HELP`` — and call it with ``physics=PhysicsOptions(...)`` built from
+    them (a bad value is the dataclass's input error). The command declares a keyword parameter ``physics``."""
+    import dataclasses
+    import functools
+    import inspect
+
+    from oak.engine.rules import FIELD_HELP, PhysicsOptions
+
+    fields = dataclasses.fields(PhysicsOptions)
+    base = inspect.signature(fn, eval_str=True)
+    kept = [p for p in base.parameters.values() if p.name != "physics"]
+    kinds = {bool: bool, int: int, float: float, str: str}
+    generated = []
+    for f in fields:
+        kind = kinds[type(f.default)]
+        help_text = FIELD_HELP[f.name]
+        generated.append(
+            inspect.Parameter(
+                physics_flag(f.name),
+                inspect.Parameter.KEYWORD_ONLY,
+                default=f.default,
+                annotation=Annotated[kind, typer.Option(help=help_text)],  # type: ignore[valid-type]
+            )
+        )
+    names = {physics_flag(f.name): f.name for f in fields}
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Any:
+        values = {names[k]: kwargs.pop(k) for k in list(kwargs) if k in names}
+        return fn(**kwargs, physics=PhysicsOptions(**values))
+
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in kept] + generated
+    wrapper.__signature__ = base.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": base.return_annotation}
+    del wrapper.__wrapped__  # type: ignore[attr-defined]  # typer must read the signature above, not fn's
+    return wrapper

@@ -12,21 +12,11 @@ from rich.table import Table
 
 from oak.cli.common import (
     CLUSTER_HELP,
-    CkptOpt,
     ClusterOpt,
-    FailureModelOpt,
-    FailureModeOpt,
-    FailureRestartsOpt,
     GenerationsOpt,
-    HorizonOpt,
-    JitterOpt,
     JsonOpt,
-    LostOpt,
     PopulationOpt,
-    QueueOpt,
-    RestoreOpt,
     RulesOpt,
-    ScopeOpt,
     SolverOpt,
     app,
     catalog_app,
@@ -35,6 +25,7 @@ from oak.cli.common import (
     fail,
     jobs_table,
     progress_bar,
+    with_physics_options,
     workloads_app,
 )
 from oak.errors import OakInputError
@@ -48,36 +39,6 @@ def _floats(text: str, what: str) -> list[float]:
         except ValueError:
             fail(f"{what}: {part!r} is not a number (expected a comma-separated list such as 0,0.1)")
     return out
-
-
-def _physics(
-    restore_cost: str,
-    failure_scope: str,
-    lost_work: str,
-    checkpoint_interval: float,
-    queue_clock: str,
-    arrival_jitter: float,
-    horizon: float,
-    rules: str = "default",
-    failure_restarts: int = 1,
-    failure_mode: str = "restore",
-    failure_model: str = "paper",
-) -> Any:
-    from oak.engine.rules import PhysicsOptions, with_rules
-
-    base = PhysicsOptions(
-        restore_cost=restore_cost,
-        failure_scope=failure_scope,
-        lost_work=lost_work,
-        checkpoint_interval_s=checkpoint_interval,
-        queue_clock=queue_clock,
-        arrival_jitter_s=arrival_jitter,
-        horizon_s=horizon,
-        failure_restarts=failure_restarts,
-        failure_mode=failure_mode,
-        failure_model=failure_model,
-    )
-    return with_rules(base, rules)
 
 
 def _policy_params(policies: list[str], solver: str, **given: Any) -> dict[str, tuple[tuple[str, Any], ...]]:
@@ -104,6 +65,7 @@ def _policy_params(policies: list[str], solver: str, **given: Any) -> dict[str, 
 
 
 @app.command()
+@with_physics_options
 def simulate(
     workload: Annotated[str, typer.Option(help="Embedded workload name or CSV path.")] = "medium",
     policy: Annotated[
@@ -119,17 +81,7 @@ def simulate(
     population: PopulationOpt = None,
     generations: GenerationsOpt = None,
     solver: SolverOpt = "auto",
-    restore_cost: RestoreOpt = "per-app",
-    failure_scope: ScopeOpt = "job",
-    lost_work: LostOpt = "none",
-    checkpoint_interval: CkptOpt = 600.0,
-    queue_clock: QueueOpt = "accumulated",
-    arrival_jitter: JitterOpt = 0.0,
-    horizon: HorizonOpt = 3.0e6,
     rules: RulesOpt = "default",
-    failure_restarts: FailureRestartsOpt = 1,
-    failure_mode: FailureModeOpt = "restore",
-    failure_model: FailureModelOpt = "paper",
     json_path: JsonOpt = None,
     trace_jobs: Annotated[
         Path | None,
@@ -142,24 +94,14 @@ def simulate(
         Path | None,
         typer.Option(help="Plot the three longest-running jobs' GPUs and restart factors over time to this PNG."),
     ] = None,
+    physics: Any = None,
 ) -> None:
     """Simulate one run and print per-job and per-run metrics."""
+    from oak.engine.rules import with_rules
     from oak.io_util import write_json
     from oak.sim.compare import RunSpec, run_one
 
-    physics = _physics(
-        restore_cost,
-        failure_scope,
-        lost_work,
-        checkpoint_interval,
-        queue_clock,
-        arrival_jitter,
-        horizon,
-        rules,
-        failure_restarts,
-        failure_mode,
-        failure_model,
-    )
+    physics = with_rules(physics, rules)
     params = _policy_params(
         [policy], solver, p=p, alpha=alpha, k_max=k_max, mu_na=mu_na, population=population, generations=generations
     )
@@ -215,6 +157,7 @@ def _check_spec(spec: Any) -> None:
 
 
 @app.command()
+@with_physics_options
 def compare(
     workload: Annotated[str, typer.Option(help="Embedded workload name or CSV path.")] = "medium",
     policies: Annotated[
@@ -234,36 +177,16 @@ def compare(
     population: PopulationOpt = None,
     generations: GenerationsOpt = None,
     solver: SolverOpt = "auto",
-    restore_cost: RestoreOpt = "per-app",
-    failure_scope: ScopeOpt = "job",
-    lost_work: LostOpt = "none",
-    checkpoint_interval: CkptOpt = 600.0,
-    queue_clock: QueueOpt = "accumulated",
-    arrival_jitter: JitterOpt = 0.0,
-    horizon: HorizonOpt = 3.0e6,
     rules: RulesOpt = "default",
-    failure_restarts: FailureRestartsOpt = 1,
-    failure_mode: FailureModeOpt = "restore",
-    failure_model: FailureModelOpt = "paper",
     json_path: JsonOpt = None,
+    physics: Any = None,
 ) -> None:
     """Paired comparison of policies × failure rates × seeds; prints a table of means over seeds."""
+    from oak.engine.rules import with_rules
     from oak.io_util import write_json
     from oak.sim.compare import RunSpec, common_node_failures, run_many, summarise
 
-    physics = _physics(
-        restore_cost,
-        failure_scope,
-        lost_work,
-        checkpoint_interval,
-        queue_clock,
-        arrival_jitter,
-        horizon,
-        rules,
-        failure_restarts,
-        failure_mode,
-        failure_model,
-    )
+    physics = with_rules(physics, rules)
     names = [x.strip() for x in policies.split(",") if x.strip()]
     if not names:
         fail("--policies: expected at least one policy name")

@@ -129,6 +129,31 @@ class PhysicsOptions:
         return float(self.restore_cost)
 
 
+#: One line of command-line help per option (``oak simulate`` / ``oak compare`` generate a flag per field of
+#: ``PhysicsOptions`` from this table and the field's type and default; choices come from the tuples above).
+FIELD_HELP: dict[str, str] = {
+    "round_s": "Scheduling period (s): rounds fall on a fixed grid, plus immediate re-decisions.",
+    "restore_cost": "Restore delay per (re)start or failure: 'per-app' (P_restart) or seconds, e.g. 60.",
+    "failure_scope": "Failure rate applies per 'job' or per 'gpu'.",
+    "lost_work": "'none', 'since-checkpoint' (progress since the last checkpoint is lost) or 'since-restart' (since "
+    "the job's last (re)start).",
+    "checkpoint_interval_s": "Checkpoint interval (s of productive time) for --lost-work since-checkpoint.",
+    "queue_clock": "T_queue: 'accumulated' or 'since-last-run'.",
+    "arrival_jitter_s": "Seeded submission jitter, uniform in [0, J) seconds.",
+    "horizon_s": "Stop simulating after this many seconds (unfinished jobs are reported).",
+    "bootstrap": "Sia artifact rule: a job that has never run is offered only its smallest configurations.",
+    "exploration_cap": "Sia artifact rule: a job is offered at most 2x the most GPUs it has run on.",
+    "restart_on": "'move' (any change of GPUs is a restart) or 'shape' (only a change of GPU type or GPUs per node).",
+    "fixed_steps": "Sia artifact rule: decide only on the round grid, not on arrival, completion or failure.",
+    "restores_preemptible": "Whether the policy may take a restoring job's GPUs (--no-restores-preemptible: kept).",
+    "failure_restarts": "Restarts a failure adds to a job's count n: 0, 1 or 2.",
+    "failure_mode": "'restore' (a failed job restores in place) or 'ghost' (it keeps its GPUs without progress until "
+    "its allocation changes).",
+    "failure_model": "Hardware failure model NAME[:key=value,...] ('oak failures list'): paper (λ only), llama3, rsc1, "
+    "lemon, domain; e.g. llama3:scale=300. Its events add to --failure-rate's.",
+}
+
+
 def with_rules(physics: PhysicsOptions, rules: str) -> PhysicsOptions:
     """``physics`` under the named rule set (``RULES``): ``default`` leaves it as it is."""
     if rules not in RULES:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections import Counter
 from importlib import resources
 from pathlib import Path
@@ -31,20 +29,11 @@ from oak.workloads.philly import (
     synth_workload_text,
     synthesize,
 )
+from support.cli import oak
 
 TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sia" / "philly-jobs.csv"
 MODEL = TraceModel.packaged()
 APPS = Catalog.load().apps.keys()
-
-
-def oak(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from oak.cli.main import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def test_same_seed_same_bytes_other_seed_differs() -> None:

@@ -20,6 +20,7 @@ every result. Presets (``PRESETS``) carry their published source.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -91,36 +92,28 @@ class HardwareModel:
         return f"{self.name}({', '.join(parts)})" + (f" — rates ×{self.scale:g}" if self.scale != 1 else "")
 
     # ------------------------------------------------------------------ draws
-    def node_rates(self, seed: int, n_nodes: int) -> FloatArray:
-        """Each node's failure probability per second (per-node rate × scale, lemons × lemon_factor)."""
-        keys = np.arange(n_nodes, dtype=np.uint64) + np.uint64(_NODE_KEY_BASE)
-        lemon = rng.uniforms(seed, STREAM_LEMON, keys, 0) < self.lemon_fraction
-        per_day = self.node_rate / 1000.0 * np.where(lemon, self.lemon_factor, 1.0)
-        return np.asarray(per_day * self.scale / 86_400.0, dtype=np.float64)
-
     def lemons(self, seed: int, n_nodes: int) -> BoolArray:
-        keys = np.arange(n_nodes, dtype=np.uint64) + np.uint64(_NODE_KEY_BASE)
-        return np.asarray(rng.uniforms(seed, STREAM_LEMON, keys, 0) < self.lemon_fraction)
+        """Which nodes are lemons (a draw per (seed, node), fixed for the run)."""
+        return np.asarray(rng.uniforms(seed, STREAM_LEMON, _node_keys(n_nodes), 0) < self.lemon_fraction)
+
+    def node_rates(self, seed: int, n_nodes: int) -> FloatArray:
+        """Each node's failure rate per second (per-node rate × scale, lemons × lemon_factor)."""
+        per_day = self.node_rate / 1000.0 * np.where(self.lemons(seed, n_nodes), self.lemon_factor, 1.0)
+        return np.asarray(per_day * self.scale / 86_400.0, dtype=np.float64)
 
     def interval_events(self, seed: int, n_nodes: int, k: int, round_s: float) -> list[tuple[float, tuple[int, ...]]]:
         """The hardware events of grid interval ``k``: (time, the nodes that go down), by time."""
         events: list[tuple[float, tuple[int, ...]]] = []
         if self.node_rate > 0 and n_nodes:
-            keys = np.arange(n_nodes, dtype=np.uint64) + np.uint64(_NODE_KEY_BASE)
-            p = -np.expm1(-self.node_rates(seed, n_nodes) * round_s)
-            u = rng.uniforms(seed, STREAM_NODE, keys, k)
-            v = rng.uniforms(seed, STREAM_NODE_OFFSET, keys, k)
-            for j in np.flatnonzero(u < p).tolist():
-                events.append(((k + float(v[j])) * round_s, (j,)))
+            p = _node_probabilities(self, seed, n_nodes, round_s)
+            for j, when in _fired(seed, STREAM_NODE, STREAM_NODE_OFFSET, _node_keys(n_nodes), k, p, round_s):
+                events.append((when, (j,)))
         if self.domain_rate > 0 and self.domain_nodes > 0 and n_nodes:
             n_dom = -(-n_nodes // self.domain_nodes)
             keys = np.arange(n_dom, dtype=np.uint64) + np.uint64(_DOMAIN_KEY_BASE)
             p_dom = -math.expm1(-self.domain_rate / 1000.0 * self.scale / 86_400.0 * round_s)
-            u = rng.uniforms(seed, STREAM_DOMAIN, keys, k)
-            v = rng.uniforms(seed, STREAM_DOMAIN_OFFSET, keys, k)
-            for d in np.flatnonzero(u < p_dom).tolist():
-                nodes = tuple(range(d * self.domain_nodes, min(n_nodes, (d + 1) * self.domain_nodes)))
-                events.append(((k + float(v[d])) * round_s, nodes))
+            for d, when in _fired(seed, STREAM_DOMAIN, STREAM_DOMAIN_OFFSET, keys, k, p_dom, round_s):
+                events.append((when, tuple(range(d * self.domain_nodes, min(n_nodes, (d + 1) * self.domain_nodes)))))
         events.sort()
         return events
 
@@ -132,6 +125,31 @@ class HardwareModel:
         u = rng.uniforms(seed, STREAM_SOFTWARE, keys, k)
         v = rng.uniforms(seed, STREAM_SOFTWARE_OFFSET, keys, k)
         return u, (k + v) * round_s, p
+
+
+def _node_keys(n_nodes: int) -> npt.NDArray[np.uint64]:
+    return np.arange(n_nodes, dtype=np.uint64) + np.uint64(_NODE_KEY_BASE)
+
+
+@functools.lru_cache(maxsize=32)
+def _node_probabilities(model: HardwareModel, seed: int, n_nodes: int, round_s: float) -> FloatArray:
+    """Each node's failure probability per interval (the lemon draw is made once per run, not per interval)."""
+    return np.asarray(-np.expm1(-model.node_rates(seed, n_nodes) * round_s), dtype=np.float64)
+
+
+def _fired(
+    seed: int,
+    stream: int,
+    offset_stream: int,
+    keys: npt.NDArray[np.uint64],
+    k: int,
+    p: FloatArray | float,
+    round_s: float,
+) -> list[tuple[int, float]]:
+    """(index, time) of the keys whose uniform in interval ``k`` falls below ``p``, at (k + v)·round_s."""
+    u = rng.uniforms(seed, stream, keys, k)
+    v = rng.uniforms(seed, offset_stream, keys, k)
+    return [(i, (k + float(v[i])) * round_s) for i in np.flatnonzero(u < p).tolist()]
 
 
 _ZERO = HardwareModel("zero")

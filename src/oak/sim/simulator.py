@@ -340,9 +340,7 @@ class Simulator:
         lost_t = max(0.0, float(st.t_progress[i] - last))
         if lost_t <= 0:
             return
-        e = self.model.tables.epochs(np.array([i]), st.progress[[i]])
-        row = self.model.tables.rows(np.array([i]), e)
-        rate_i = float(self.model.tables.rate[row, st.shape[i]][0] / self.model.calibration[i])
+        rate_i = float(self._shape_rates(st, np.array([i]))[0])
         st.progress[i] = max(0.0, st.progress[i] - rate_i * lost_t)
         st.t_progress[i] -= lost_t
         st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
@@ -369,10 +367,15 @@ class Simulator:
         st.rate[:] = 0.0
         idx = np.flatnonzero((st.shape >= 0) & (st.restore_left <= 0) & ~st.ghost)
         if len(idx):
-            e = self.model.tables.epochs(idx, st.progress[idx])
+            st.rate[idx] = self._shape_rates(st, idx, record_epoch=True)
+
+    def _shape_rates(self, st: JobsState, idx: np.ndarray, record_epoch: bool = False) -> np.ndarray:
+        """Progress rates of jobs ``idx`` on their current shapes at their current epochs."""
+        e = self.model.tables.epochs(idx, st.progress[idx])
+        if record_epoch:
             st.epoch[idx] = e
-            rows = self.model.tables.rows(idx, e)
-            st.rate[idx] = self.model.tables.rate[rows, st.shape[idx]] / self.model.calibration[idx]
+        rows = self.model.tables.rows(idx, e)
+        return np.asarray(self.model.tables.rate[rows, st.shape[idx]] / self.model.calibration[idx])
 
     def _fail(self, st: JobsState, idx: np.ndarray) -> None:
         ph = self.model.physics

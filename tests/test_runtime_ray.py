@@ -180,3 +180,27 @@ def test_gpu_run_on_a_cluster_without_gpus_is_refused() -> None:
         with pytest.raises(OakInputError, match=f"Ray cluster has 0 'GPU' in all, fewer than {asked}"):
             RayExecutor(None, "gpu", devices, wait_timeout_s=30.0)
         assert ray.is_initialized()  # a Ray it did not start is left running
+
+
+def test_command_jobs_run_on_ray_under_the_job_contract(tmp_path: Path) -> None:
+    """A user's command (examples/jobs/count.py) runs as Ray rank actors with the contract's environment: a
+    2-rank job and a 1-rank job finish, each step logged once (stops checkpoint; nothing is redone)."""
+    count = str(Path(__file__).resolve().parent.parent / "examples" / "jobs" / "count.py")
+    import sys
+
+    text = "jobs:\n" + "".join(
+        f'  - {{name: {n}, command: [{sys.executable}, {count}, --steps, "{s}", --step-s, "0.05", --ckpt-every,'
+        f' "5"], min_gpus: {lo}, max_gpus: 2, submit_s: {t}}}\n'
+        for n, s, lo, t in (("pair", 60, 2, 0), ("one", 40, 1, 1))
+    )
+    jobs = parse_jobs(text, "cmd.yaml")
+    opts = RuntimeOptions(devices=2, round_s=3.0, tick_s=0.1, time_limit_s=240)
+    sched = RuntimeScheduler(
+        jobs, make_policy("oak"), tmp_path / "run", opts, executor=RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
+    )
+    result = sched.run()
+    assert all(j.jct_s is not None for j in result.jobs), result.jobs
+    for name, total in (("pair", 60), ("one", 40)):
+        steps = [int(x) for x in (tmp_path / "run" / "jobs" / name / "checkpoints" / "steps.log").read_text().split()]
+        assert steps == list(range(1, total + 1)), name
+    assert "rank 1/2: resuming" in (tmp_path / "run" / "jobs" / "pair" / "rank1.log").read_text()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from oak.runtime.jobs_file import RuntimeJob
-from oak.runtime.launch import WorkerHandle, WorkerSpec, start_worker
+from oak.runtime.launch import CommandSpec, WorkerHandle, WorkerSpec, start_worker
 
 JobState = Literal["running", "done", "stopped", "failed"]
 
@@ -65,8 +65,15 @@ class Executor(Protocol):
     def shutdown(self) -> None: ...
 
 
+def job_spec(job: RuntimeJob, seed: int) -> WorkerSpec | CommandSpec:
+    """What a jobs-file entry runs: the user's command (job contract) or the packaged worker's options."""
+    if job.is_command:
+        return CommandSpec(command=job.command, extra_env=job.env)
+    return worker_spec(job, seed)
+
+
 def worker_spec(job: RuntimeJob, seed: int) -> WorkerSpec:
-    """The worker options of a jobs-file entry."""
+    """The worker options of a jobs-file entry of a packaged model."""
     return WorkerSpec(
         model=job.model,
         target_steps=job.target_steps,
@@ -94,10 +101,11 @@ class LocalExecutor:
         self._stuck.pop(item.job.name, None)
         self._handles[item.job.name] = start_worker(
             item.job_dir,
-            worker_spec(item.job, item.seed),
+            job_spec(item.job, item.seed),
             len(item.devices),
             item.devices,
             device_kind=self._kind,
+            job_name=item.job.name,
         )
 
     def state(self, name: str) -> JobState | None:

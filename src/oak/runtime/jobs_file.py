@@ -4,8 +4,10 @@ Layout::
 
     jobs:
       - name: cifar-1            # unique; letters, digits, '-', '_', '.'
-        model: resnet18          # tiny | resnet18 (the packaged worker's models)
-        target_steps: 1500       # optimiser steps to completion
+        model: resnet18          # tiny | resnet18 (the packaged worker's models), or instead:
+        # command: [python, train.py, --lr, "0.1"]   # your own training script (docs/jobs.md; no shell)
+        # env: {MY_FLAG: "1"}    # optional, command jobs: extra environment variables
+        target_steps: 1500       # optimiser steps to completion (command jobs: optional, else reported)
         min_gpus: 1              # device bounds of any allocation
         max_gpus: 2
         submit_s: 0              # submission offset from the start of the run (s)
@@ -57,12 +59,42 @@ _FIELDS = (
     "width_mult",
     "data",
     "min_step_s",
+    "command",
+    "env",
+)
+#: Longest command (arguments) and environment a command job may carry.
+MAX_COMMAND_ARGS = 1024
+MAX_ENV_VARS = 256
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+#: Variables the job contract sets for every rank; a jobs file may not override them.
+CONTRACT_VARS = frozenset(
+    {
+        "OAK_JOB",
+        "OAK_JOB_DIR",
+        "OAK_RANK",
+        "OAK_LOCAL_RANK",
+        "OAK_WORLD_SIZE",
+        "OAK_CHECKPOINT_DIR",
+        "OAK_STATUS_FILE",
+        "OAK_INCARNATION",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "CUDA_VISIBLE_DEVICES",
+    }
 )
 
 
 @dataclass(frozen=True)
 class RuntimeJob:
-    """One job of a jobs file (units: steps, devices, seconds, samples)."""
+    """One job of a jobs file (units: steps, devices, seconds, samples).
+
+    A *command job* (``command`` set, ``model`` empty) runs the user's argument list under the job contract
+    (docs/jobs.md); its ``target_steps`` is 0 when the file gives none (the job may report its total) and its
+    ``application`` is empty unless the file names a catalog model as the prior of its learned goodput."""
 
     name: str
     model: str
@@ -77,6 +109,13 @@ class RuntimeJob:
     width_mult: float = 1.0
     data: str | None = None
     min_step_s: float = 0.0
+    command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_command(self) -> bool:
+        """A user's own command under the job contract (not the packaged worker)."""
+        return bool(self.command)
 
 
 @dataclass(frozen=True)
@@ -230,10 +269,25 @@ def _job(
             f"{where('name')}={_show(name)}: expected 1-64 characters of letters, digits, '-', '_', '.', "
             "starting with a letter or digit"
         )
-    model = get("model")
-    if model not in MODELS:
-        raise OakInputError(f"{where('model')}={_show(model)}: expected one of {', '.join(MODELS)}")
-    target = integer("target_steps", 1)
+    command = _command(entry.get("command"), where) if "command" in entry else ()
+    if command:
+        if "model" in entry:
+            raise OakInputError(f"{where('model')}: a job has either 'model' or 'command', not both")
+        for f in ("width_mult", "data", "min_step_s"):
+            if f in entry:
+                raise OakInputError(f"{where(f)}: only for the packaged worker's models, not a 'command' job")
+        model = ""
+        target = integer("target_steps", 1, 0) if "target_steps" in entry or "target_steps" in defaults else 0
+    else:
+        if "env" in entry:
+            raise OakInputError(f"{where('env')}: only for a 'command' job")
+        given: Any = get("model") if "model" in entry or "model" in defaults else None
+        if given is None:
+            raise OakInputError(f"{where('model')}: missing; a job needs 'model' ({', '.join(MODELS)}) or 'command'")
+        if given not in MODELS:
+            raise OakInputError(f"{where('model')}={_show(given)}: expected one of {', '.join(MODELS)}")
+        model = str(given)
+        target = integer("target_steps", 1)
     lo = integer("min_gpus", 1, 1)
     hi = integer("max_gpus", 1, lo)
     if hi < lo:
@@ -246,8 +300,10 @@ def _job(
         )
     ckpt = integer("ckpt_every", 1, 50)
     penalty = number("restart_penalty_s", 0.0, 30.0, maximum=MAX_PENALTY_S)
-    app = get("application", DEFAULT_APPLICATION[model])
-    if not isinstance(app, str) or (known_apps is not None and app not in known_apps):
+    app = get("application", DEFAULT_APPLICATION[model] if model else "")
+    if command and app == "":
+        pass  # learned online from the job's own step times, with a linear-scaling prior
+    elif not isinstance(app, str) or (known_apps is not None and app not in known_apps):
         expected = ", ".join(known_apps) if known_apps is not None else "a catalog application name"
         raise OakInputError(f"{where('application')}={_show(app)}: expected one of {expected}")
     width = number("width_mult", 0.0, 1.0, strict=True)
@@ -258,7 +314,8 @@ def _job(
         problem = _cifar_folder_problem(data)
         if problem:
             raise OakInputError(f"{where('data')}={_show(data)}: {problem} (expected the cifar-10-batches-py folder)")
-    min_step = number("min_step_s", 0.0, 0.0, maximum=MAX_MIN_STEP_S)
+    min_step = number("min_step_s", 0.0, 0.0, maximum=MAX_MIN_STEP_S) if not command else 0.0
+    env = _env(entry.get("env"), where) if "env" in entry else ()
     return RuntimeJob(
         name=name,
         model=model,
@@ -273,4 +330,47 @@ def _job(
         width_mult=width,
         data=data,
         min_step_s=min_step,
+        command=command,
+        env=env,
     )
+
+
+def _command(value: Any, where: Any) -> tuple[str, ...]:
+    """A command job's argument list: non-empty strings, no shell (a string is refused: say what to write)."""
+    if isinstance(value, str):
+        raise OakInputError(
+            f"{where('command')}={_show(value)}: expected a list of arguments (no shell), "
+            f"e.g. [{', '.join(repr(w) for w in value.split()[:3])}]"
+        )
+    if not isinstance(value, list) or not value:
+        raise OakInputError(f"{where('command')}={_show(value)}: expected a non-empty list of arguments")
+    if len(value) > MAX_COMMAND_ARGS:
+        raise OakInputError(f"{where('command')}: {len(value)} arguments; expected at most {MAX_COMMAND_ARGS}")
+    out: list[str] = []
+    for i, arg in enumerate(value):
+        if isinstance(arg, bool) or not isinstance(arg, str | int | float):
+            raise OakInputError(f"{where('command')}[{i}]={_show(arg)}: expected a string")
+        text = str(arg)
+        if "\0" in text or (i == 0 and not text):
+            raise OakInputError(f"{where('command')}[{i}]={_show(arg)}: expected a non-empty string without NUL")
+        out.append(text)
+    return tuple(out)
+
+
+def _env(value: Any, where: Any) -> tuple[tuple[str, str], ...]:
+    """A command job's extra environment: NAME: value strings; the contract's own variables are refused."""
+    if not isinstance(value, dict):
+        raise OakInputError(f"{where('env')}={_show(value)}: expected a mapping of NAME: value")
+    items = [(k, v) for k, v in value.items() if k not in ("__line__", "__lines__")]
+    if len(items) > MAX_ENV_VARS:
+        raise OakInputError(f"{where('env')}: {len(items)} variables; expected at most {MAX_ENV_VARS}")
+    out: list[tuple[str, str]] = []
+    for k, v in items:
+        if not isinstance(k, str) or not _ENV_NAME.fullmatch(k):
+            raise OakInputError(f"{where('env')}: variable name {_show(k)}: expected letters, digits and '_'")
+        if k in CONTRACT_VARS:
+            raise OakInputError(f"{where('env')}.{k}: set by the job contract for every rank; cannot be overridden")
+        if isinstance(v, bool) or not isinstance(v, str | int | float) or "\0" in str(v):
+            raise OakInputError(f"{where('env')}.{k}={_show(v)}: expected a string")
+        out.append((k, str(v)))
+    return tuple(sorted(out))

@@ -89,6 +89,9 @@ class WorkerHandle:
         procs: list[subprocess.Popen[bytes]],
         master_port: int | None,
         rendezvous: str | None = None,
+        *,
+        command: bool = False,
+        incarnation: str = "",
     ) -> None:
         self.job_dir = job_dir
         self.procs = procs
@@ -96,6 +99,11 @@ class WorkerHandle:
         self.rendezvous = rendezvous
         self.started_at = time.time()
         self._killed = False
+        self.command = command
+        """A user's command (job contract): signals go to each rank's process group (a wrapper's children
+        too); exiting 0 unasked means done, and a rank ended by the SIGTERM it was sent is a stop."""
+        self.incarnation = incarnation
+        self.stop_requested = False
 
     @property
     def master_port(self) -> int | None:
@@ -124,9 +132,12 @@ class WorkerHandle:
     def poll(self) -> int | None:
         """None while the job runs; else its status: the first non-zero rank status, or 0 when all ranks exited 0.
 
-        A non-zero result can come while other ranks still run (a peer died): call ``kill`` to reap them.
+        A non-zero result can come while other ranks still run (a peer died): call ``kill`` to reap them. A
+        command's rank ended by the SIGTERM it was asked to stop with counts as 0 (a stop, not a failure).
         """
         codes = self.returncodes()
+        if self.command and self.stop_requested:
+            codes = [0 if c == -signal.SIGTERM else c for c in codes]
         failed = [c for c in codes if c is not None and c != 0]
         if failed:
             return failed[0]
@@ -147,13 +158,17 @@ class WorkerHandle:
 
     def _signal(self, sig: int) -> None:
         for p in self.procs:
-            if p.poll() is None:
+            if self.command and p.poll() is None:  # the rank's whole session: a wrapper and its children
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, sig)
+            elif p.poll() is None:
                 with contextlib.suppress(ProcessLookupError):  # exited between poll and signal
                     p.send_signal(sig)
 
     def request_stop(self) -> None:
         """SIGTERM every live rank and return at once (stop many jobs in parallel, then ``wait`` on each):
         the ranks checkpoint at their next common step boundary and exit 0."""
+        self.stop_requested = True
         self._signal(signal.SIGTERM)
 
     def terminate(self, timeout: float = 30.0) -> list[int | None]:
@@ -198,7 +213,10 @@ class WorkerHandle:
         return obj if isinstance(obj, dict) else None
 
     def is_done(self) -> bool:
-        """Whether the job reached its target steps (the ``done`` marker exists)."""
+        """Whether the job reached its target steps: the ``done`` marker exists (packaged worker), or the
+        command exited 0 without being asked to stop (job contract)."""
+        if self.command:
+            return not self.stop_requested and self.poll() == 0
         return (self.job_dir / DONE_FILE).is_file()
 
     def __enter__(self) -> WorkerHandle:
@@ -238,12 +256,15 @@ def spawn_rank(
     log_path: str | Path,
     note: str = "",
     preexec_fn: Callable[[], None] | None = None,
+    log_argv0: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start one rank process from an argument list (no shell) in its own session, stdout and stderr appended
-    to ``log_path`` (mode 0600) after a start line; ``note`` is added to that line."""
+    to ``log_path`` (mode 0600) after a start line; ``note`` is added to that line (which shows ``argv`` from
+    its second item: the interpreter is left out, unless ``log_argv0``)."""
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, f"=== {time.strftime('%Y-%m-%dT%H:%M:%S')} start{note}: {argv[1:]}\n".encode())
+        shown = argv if log_argv0 else argv[1:]
+        os.write(fd, f"=== {time.strftime('%Y-%m-%dT%H:%M:%S')} start{note}: {shown}\n".encode())
         return subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -275,9 +296,115 @@ def physical_gpus(ids: Sequence[int], environ: Mapping[str, str]) -> list[str]:
     return [visible[i] for i in ids]
 
 
+@dataclass(frozen=True)
+class CommandSpec:
+    """A user's own training command (the job contract, docs/jobs.md): an argument list run as is (no shell),
+    once per rank, with the contract's environment."""
+
+    command: tuple[str, ...]
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RankCommand:
+    """One rank's argument list and the environment variables it adds to the launcher's environment."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+
+CHECKPOINT_SUBDIR = "checkpoints"
+
+
+def contract_env(
+    job_name: str,
+    job_dir: Path,
+    rank: int,
+    local_rank: int,
+    world_size: int,
+    master_addr: str,
+    master_port: int,
+    incarnation: str,
+) -> dict[str, str]:
+    """The job contract's variables for one rank (docs/jobs.md): OAK_* plus torch.distributed's env:// names."""
+    return {
+        "OAK_JOB": job_name,
+        "OAK_JOB_DIR": str(job_dir),
+        "OAK_RANK": str(rank),
+        "OAK_LOCAL_RANK": str(local_rank),
+        "OAK_WORLD_SIZE": str(world_size),
+        "OAK_CHECKPOINT_DIR": str(job_dir / CHECKPOINT_SUBDIR),
+        "OAK_STATUS_FILE": str(job_dir / STATUS_FILE),
+        "OAK_INCARNATION": incarnation,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+    }
+
+
+def rank_commands(
+    job_dir: Path,
+    spec: WorkerSpec | CommandSpec,
+    world_size: int,
+    devices: Sequence[int],
+    *,
+    job_name: str,
+    device_kind: Literal["cpu", "gpu"] = "cpu",
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    pin_cpus: bool = False,
+    python: str = sys.executable,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[list[RankCommand], str | None, str]:
+    """Every rank's command of one incarnation of ``world_size`` ranks on ``devices`` (GPUs: one per rank; CPU
+    slots: contiguous equal shares, each rank running that many threads), and the incarnation's (rendezvous
+    token, incarnation id). The packaged worker gets its options as arguments and
+    rank 0 picks the rendezvous port (``master_port`` None); a command gets the contract's environment with
+    ``MASTER_PORT`` = ``master_port`` or a port free a moment ago (torchrun's convention)."""
+    ids = [int(d) for d in devices]
+    incarnation = uuid.uuid4().hex
+    env_src = os.environ if environ is None else environ
+    command = isinstance(spec, CommandSpec)
+    port = master_port if master_port is not None else (free_port(master_addr) if command else 0)
+    token = uuid.uuid4().hex if world_size > 1 and master_port is None and not command else None
+    out: list[RankCommand] = []
+    for rank in range(world_size):
+        env = contract_env(job_name, job_dir, rank, rank, world_size, master_addr, port, incarnation)
+        env["PYTHONUNBUFFERED"] = "1"
+        if isinstance(spec, CommandSpec):
+            argv = list(spec.command)
+            env.update(dict(spec.extra_env))
+        else:
+            argv = [python, "-m", "oak.runtime.worker", "--job-dir", str(job_dir), *spec.argv()]
+            argv += ["--world-size", str(world_size), "--rank", str(rank)]
+            argv += ["--master-addr", master_addr, "--master-port", str(port)]
+            if token is not None:
+                argv += ["--rendezvous", token]
+        if device_kind == "gpu":
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(physical_gpus(ids, env_src))
+            env["OMP_NUM_THREADS"] = "1"
+            if not command:
+                argv += ["--device", "cuda", "--local-rank", str(rank), "--threads", "1"]
+        else:
+            per, extra = divmod(len(ids), world_size)
+            lo = rank * per + min(rank, extra)
+            share = ids[lo : lo + per + (1 if rank < extra else 0)]
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(len(share))
+            if not command:
+                argv += ["--device", "cpu", "--threads", str(len(share))]
+                if pin_cpus:
+                    argv += ["--cpus", ",".join(str(i) for i in share)]
+        out.append(RankCommand(argv, env))
+    return out, token, incarnation
+
+
 def start_worker(
     job_dir: str | Path,
-    spec: WorkerSpec,
+    spec: WorkerSpec | CommandSpec,
     world_size: int,
     devices: Sequence[int],
     *,
@@ -287,6 +414,7 @@ def start_worker(
     pin_cpus: bool = False,
     env: Mapping[str, str] | None = None,
     python: str = sys.executable,
+    job_name: str | None = None,
 ) -> WorkerHandle:
     """Start the ``world_size`` rank processes of a job in ``job_dir`` and return their handle.
 
@@ -313,37 +441,41 @@ def start_worker(
     if len(set(ids)) != len(ids):
         raise OakInputError(f"duplicate device ids in {ids}")
     job.mkdir(mode=0o700, parents=True, exist_ok=True)
-    port = master_port if master_port is not None else 0
-    token = uuid.uuid4().hex if world_size > 1 and master_port is None else None
+    command = isinstance(spec, CommandSpec)
+    if command:
+        (job / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
+    ranks, token, incarnation = rank_commands(
+        job,
+        spec,
+        world_size,
+        ids,
+        job_name=job_name or job.name,
+        device_kind=device_kind,
+        master_addr=master_addr,
+        master_port=master_port,
+        pin_cpus=pin_cpus,
+        python=python,
+    )
     base_env = dict(os.environ)
     base_env.update(env or {})
-    base_env["PYTHONUNBUFFERED"] = "1"
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for rank in range(world_size):
-            argv = [python, "-m", "oak.runtime.worker", "--job-dir", str(job), *spec.argv()]
-            argv += ["--world-size", str(world_size), "--rank", str(rank)]
-            argv += ["--master-addr", master_addr, "--master-port", str(port)]
-            if token is not None:
-                argv += ["--rendezvous", token]
+        for rank, rc in enumerate(ranks):
             renv = dict(base_env)
-            if device_kind == "gpu":
-                renv["CUDA_VISIBLE_DEVICES"] = ",".join(physical_gpus(ids, os.environ))
-                renv["OMP_NUM_THREADS"] = "1"
-                argv += ["--device", "cuda", "--local-rank", str(rank), "--threads", "1"]
-            else:
-                per, extra = divmod(len(ids), world_size)
-                lo = rank * per + min(rank, extra)
-                share = ids[lo : lo + per + (1 if rank < extra else 0)]
-                renv["CUDA_VISIBLE_DEVICES"] = ""
-                renv["OMP_NUM_THREADS"] = renv["MKL_NUM_THREADS"] = str(len(share))
-                argv += ["--device", "cpu", "--threads", str(len(share))]
-                if pin_cpus:
-                    argv += ["--cpus", ",".join(str(i) for i in share)]
-            procs.append(spawn_rank(argv, renv, job / f"rank{rank}.log"))
+            renv.update(rc.env)
+            note = f" incarnation {incarnation} rank {rank}/{world_size}"
+            procs.append(spawn_rank(rc.argv, renv, job / f"rank{rank}.log", note, log_argv0=command))
+    except OSError as exc:
+        for p in procs:
+            p.kill()
+            p.wait()
+        if command:
+            raise OakInputError(f"job {job.name!r}: cannot start its command {ranks[0].argv!r} ({exc})") from None
+        raise
     except BaseException:
         for p in procs:
             p.kill()
             p.wait()
         raise
-    return WorkerHandle(job, procs, port or None, token)
+    port = int(ranks[0].env["MASTER_PORT"])
+    return WorkerHandle(job, procs, port or None, token, command=command, incarnation=incarnation)

@@ -41,7 +41,7 @@ from typing import Any
 
 from oak.errors import OakInputError
 from oak.runtime.executor import JobState, Launch, worker_spec
-from oak.runtime.launch import DONE_FILE, STATUS_FILE, spawn_rank
+from oak.runtime.launch import CHECKPOINT_SUBDIR, DONE_FILE, STATUS_FILE, contract_env, spawn_rank
 
 try:
     import ray
@@ -96,19 +96,30 @@ class _RankActor:
         self._exited = threading.Event()
         self._code: int | None = None
         self._error: str | None = None
+        self._group = False
 
     def node_ip(self) -> str:
         return str(_RAY.util.get_node_ip_address())
 
-    def start(self, args: list[str], env: dict[str, str], log_path: str, ray_gpus: bool, timeout_s: float) -> int:
-        """Start ``python -m oak.runtime.worker ARGS`` with ``env`` added; returns its pid."""
+    def free_port(self) -> int:
+        """A TCP port free a moment ago on this actor's node (a command job's MASTER_PORT)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            return int(s.getsockname()[1])
+
+    def start(
+        self, args: list[str], env: dict[str, str], log_path: str, ray_gpus: bool, timeout_s: float, command: bool
+    ) -> int:
+        """Start ``python -m oak.runtime.worker ARGS`` (or, for a command job, the command ``ARGS`` itself,
+        whose signals then go to its whole process group) with ``env`` added; returns its pid."""
         if self._proc is not None or self._error is not None:
             raise RuntimeError("this rank actor already started its worker")
         full_env = dict(os.environ)
         full_env.update(env)
         if ray_gpus:
             full_env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in ray.get_gpu_ids())
-        argv = [sys.executable, "-m", "oak.runtime.worker", *args]
+        self._group = command
+        argv = list(args) if command else [sys.executable, "-m", "oak.runtime.worker", *args]
         # The thread that forks the child lives exactly as long as the child: PDEATHSIG follows the thread.
         threading.Thread(target=self._own, args=(argv, full_env, log_path), daemon=True).start()
         if not self._started.wait(timeout_s):
@@ -145,8 +156,11 @@ class _RankActor:
     def send(self, sig: int) -> None:
         """Signal the worker if it still runs (SIGTERM: checkpoint and exit 0)."""
         if self._proc is not None and not self._exited.is_set():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._proc.pid, sig)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if self._group:
+                    os.killpg(self._proc.pid, sig)
+                else:
+                    os.kill(self._proc.pid, sig)
 
     def kill_worker(self, timeout_s: float) -> int | None:
         """SIGKILL the worker and wait up to ``timeout_s`` s for it to be reaped; its exit status."""
@@ -170,6 +184,8 @@ class _Incarnation:
     codes: dict[int, int] = field(default_factory=dict)
     final: JobState | None = None
     released: bool = False
+    command: bool = False
+    stop_requested: bool = False
 
 
 def _check_reachable(address: str, timeout_s: float) -> None:
@@ -334,9 +350,30 @@ class RayExecutor:
         master = "127.0.0.1" if len(set(ips)) == 1 else str(ips[0])
         # rank 0 binds a port the OS picks on its node and publishes it in the (shared) job directory under this
         # token: no port is picked here and bound later, so nothing else can take it in between
+        refs = []
+        if item.job.is_command:  # the job contract: the user's command with the contract's environment
+            rec.command = True
+            (rec.job_dir / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
+            port = int(self._get([rec.actors[0].free_port.remote()], rec.name, "pick a port")[0])
+            incarnation = uuid.uuid4().hex
+            for rank, actor in enumerate(rec.actors):
+                # each rank's actor sees only its own GPU: its local rank is 0 there
+                env = contract_env(
+                    item.job.name, rec.job_dir, rank, 0 if self._ray_gpus else rank, n, master, port, incarnation
+                )
+                env.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+                env.update(dict(item.job.env))
+                if not self._ray_gpus:
+                    env["CUDA_VISIBLE_DEVICES"] = ""
+                log = str(rec.job_dir / f"rank{rank}.log")
+                refs.append(
+                    actor.start.remote(list(item.job.command), env, log, self._ray_gpus, self.wait_timeout_s, True)
+                )
+            rec.pids = [int(p) for p in self._get(refs, rec.name, "start its command")]
+            rec.runs = {actor.wait_exit.remote(): rank for rank, actor in enumerate(rec.actors)}
+            return
         token = uuid.uuid4().hex if n > 1 else None
         spec = worker_spec(item.job, item.seed)
-        refs = []
         for rank, actor in enumerate(rec.actors):
             args = ["--job-dir", str(rec.job_dir), *spec.argv()]
             args += ["--world-size", str(n), "--rank", str(rank), "--master-addr", master, "--master-port", "0"]
@@ -349,7 +386,7 @@ class RayExecutor:
                 env["CUDA_VISIBLE_DEVICES"] = ""
                 args += ["--device", "cpu", "--threads", "1"]
             log = str(rec.job_dir / f"rank{rank}.log")
-            refs.append(actor.start.remote(args, env, log, self._ray_gpus, self.wait_timeout_s))
+            refs.append(actor.start.remote(args, env, log, self._ray_gpus, self.wait_timeout_s, False))
         rec.pids = [int(p) for p in self._get(refs, rec.name, "start its workers")]
         rec.runs = {actor.wait_exit.remote(): rank for rank, actor in enumerate(rec.actors)}
 
@@ -376,10 +413,15 @@ class RayExecutor:
                 rec.codes[rank] = _DIED
 
     def _outcome(self, rec: _Incarnation) -> JobState:
-        if any(c != 0 for c in rec.codes.values()):
+        codes = rec.codes.values()
+        if rec.command and rec.stop_requested:  # a command ended by the SIGTERM it was sent: a stop
+            codes = [0 if c == -signal.SIGTERM else c for c in codes]  # type: ignore[assignment]
+        if any(c != 0 for c in codes):
             return "failed"
         if len(rec.codes) < len(rec.actors):
             return "running"
+        if rec.command:
+            return "stopped" if rec.stop_requested else "done"
         return "done" if (rec.job_dir / DONE_FILE).is_file() else "stopped"
 
     def state(self, name: str) -> JobState | None:
@@ -429,6 +471,7 @@ class RayExecutor:
         recs = {n: self._jobs[n] for n in names if n in self._jobs}
         for rec in recs.values():
             if rec.final is None:
+                rec.stop_requested = True
                 for actor in rec.actors:
                     actor.send.remote(signal.SIGTERM)
         deadline = time.monotonic() + timeout_s

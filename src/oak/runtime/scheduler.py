@@ -52,6 +52,7 @@ from oak.policies.base import Policy
 from oak.runtime.executor import Executor, Launch, LocalExecutor
 from oak.runtime.jobs_file import JobsFile, RuntimeJob
 from oak.runtime.launch import log_tail
+from oak.runtime.learned import LearnedGoodput
 from oak.runtime.store import JobRecord, RunStore
 from oak.workloads import Workload
 
@@ -124,6 +125,8 @@ class _Live:
     last_round_k: int = -1
     heard: dict[str, tuple[float | None, float]] = field(default_factory=dict)
     """Job → (its last status's ``updated_at``, when this scheduler first saw it; at launch: when launched)."""
+    timed: dict[str, float] = field(default_factory=dict)
+    """Command job → ``updated_at`` of the last report whose step time was recorded."""
 
 
 class RuntimeScheduler:
@@ -147,25 +150,10 @@ class RuntimeScheduler:
             executor if executor is not None else LocalExecutor("gpu" if opts.device_kind == "gpu" else "cpu")
         )
         self.catalog = catalog if catalog is not None else Catalog.load()
-        workload = Workload(
-            name=Path(jobs.path).stem,
-            jobs=tuple(
-                JobSpec(
-                    name=j.name,
-                    application=j.application,
-                    submit_time_s=j.submit_s,
-                    min_gpus=j.min_gpus,
-                    max_gpus=j.max_gpus,
-                    restart_penalty_s=j.restart_penalty_s,
-                    batch_size=j.batch_size,
-                )
-                for j in self.jobs
-            ),
-        )
-        self.model = ClusterModel(workload, runtime_cluster(opts), self.catalog)
-        self.names = [j.name for j in self.jobs]
-        self.keys = np.array([rng.job_key(n) for n in self.names], dtype=np.uint64)
-        self.failure_stream = FailureStream(opts.seed, self.keys, opts.round_s)
+        self.source = Path(jobs.path).stem
+        self.st: JobsState | None = None
+        self.learned = LearnedGoodput(self.catalog, opts.profile_type)
+        self._build(list(jobs.jobs))
         self.failure_model = PerJobBernoulli(opts.failure_rate)
         self.store = RunStore(self.run_dir / "state.sqlite")
         self.decision_ms: list[float] = []
@@ -175,6 +163,37 @@ class RuntimeScheduler:
         self._start_wall = 0.0
         self.failure_notes: dict[str, str] = {}
         """Job → the last failure's description and its ranks' log tails (for ``oak run``'s report)."""
+
+    def _build(self, jobs: list[RuntimeJob], records: list[JobRecord] | None = None) -> None:
+        """(Re)build the model of the job set: once at start, and in ``oak serve`` whenever jobs are submitted
+        or a job's learned goodput model changes. Job indices are stable: jobs are only ever appended."""
+        self.jobs = tuple(jobs)
+        recs = records if records is not None else [None] * len(jobs)
+        catalog = self.learned.catalog(self.jobs, recs)
+        workload = Workload(
+            name=self.source,
+            jobs=tuple(
+                JobSpec(
+                    name=j.name,
+                    application=self.learned.app_name(j),
+                    submit_time_s=j.submit_s,
+                    min_gpus=j.min_gpus,
+                    max_gpus=self.learned.max_gpus(j, r),
+                    restart_penalty_s=j.restart_penalty_s,
+                    batch_size=j.batch_size,
+                )
+                for j, r in zip(self.jobs, recs, strict=True)
+            ),
+        )
+        self.model = ClusterModel(workload, runtime_cluster(self.opts), catalog)
+        self.names = [j.name for j in self.jobs]
+        self.keys = np.array([rng.job_key(n) for n in self.names], dtype=np.uint64)
+        self.failure_stream = FailureStream(self.opts.seed, self.keys, self.opts.round_s)
+        previous = self.st
+        self.st = JobsState.initial(np.array([j.submit_s for j in self.jobs], dtype=np.float64))
+        if previous is not None:
+            self.st.policy_state = previous.policy_state  # keyed by job name (reindexed by the policy)
+        self.learned.built(self.jobs, recs)
 
     # ------------------------------------------------------------------ paths
     def job_dir(self, job: RuntimeJob) -> Path:
@@ -192,7 +211,8 @@ class RuntimeScheduler:
         records, start_wall = self._open()
         self._start_wall = start_wall
         self.records = records
-        st = JobsState.initial(np.array([j.submit_s for j in self.jobs], dtype=np.float64))
+        if any(j.is_command for j in self.jobs):  # their learned models, from the committed step times
+            self._build(list(self.jobs), records)
         last = time.time() - start_wall
         decide = True
         self.interrupted = False
@@ -202,6 +222,9 @@ class RuntimeScheduler:
                 now = time.time() - start_wall
                 dt = max(0.0, now - last)
                 last = now
+                if self._service(now):
+                    decide = True
+                records = self.records
                 changed = self._observe(records, now, dt)
                 changed |= self._inject_failures(records, now)
                 if changed:
@@ -217,15 +240,19 @@ class RuntimeScheduler:
                 k = math.floor(now / self.opts.round_s)
                 if k != self._live.last_round_k:
                     decide = True
-                if all(r.over for r in records):
+                if all(r.over for r in records) and not self.serving:
                     break
                 if self.opts.time_limit_s is not None and now >= self.opts.time_limit_s:
                     break
+                if decide and self.learned.changed(self.jobs, records):
+                    self._build(list(self.jobs), records)
                 if decide and any(r.arrived and not r.over for r in records):
-                    self._decide(records, st, now)
+                    assert self.st is not None
+                    self._decide(records, self.st, now)
                     self._live.last_round_k = k
                     decide = False
                 self.store.save(records, {"last_tick_s": now})
+                self._published(now)
                 if progress is not None:
                     progress(now, sum(r.done for r in records), len(records))
                 time.sleep(self.opts.tick_s)
@@ -237,6 +264,16 @@ class RuntimeScheduler:
                 signal.signal(sig, handler)
         end = time.time() - start_wall
         return self._result(records, end, time.perf_counter() - wall0)
+
+    serving = False
+    """``oak serve``: keep running when every job is over (new ones may be submitted)."""
+
+    def _service(self, now: float) -> bool:
+        """Hook of ``oak serve``: take submitted requests (True if the job set changed)."""
+        return False
+
+    def _published(self, now: float) -> None:
+        """Hook of ``oak serve``: publish the tick's state (status, metrics)."""
 
     def _install_stop_handlers(self) -> dict[int, Any]:
         """SIGTERM/SIGINT end the run at the next tick: running jobs are stopped with a checkpoint and the
@@ -286,18 +323,22 @@ class RuntimeScheduler:
         return records, start
 
     def _reap_orphans(self, r: JobRecord) -> None:
-        """After a scheduler crash: SIGKILL the job's recorded workers if they still run (checked through
-        /proc: the process must be an ``oak.runtime.worker`` of this job's directory), and mark it unplaced."""
+        """After a scheduler crash: stop the job's recorded rank processes if they still run — SIGTERM first, so
+        that they checkpoint and exit as at any stop, SIGKILL after the stop timeout — and mark it unplaced. A
+        pid is only signalled if it is this job's: a packaged worker of its directory (``/proc/PID/cmdline``)
+        or a command with its ``OAK_JOB_DIR`` (``/proc/PID/environ``)."""
         job_dir = str(self.run_dir / "jobs" / r.name)
-        for pid in r.pids:
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"oak.runtime.worker" in cmd and job_dir.encode() in cmd:
+        ours = [pid for pid in r.pids if _is_rank_of(pid, job_dir)]
+        for sig, wait_s in ((signal.SIGTERM, self.opts.stop_timeout_s), (signal.SIGKILL, 10.0)):
+            live = [pid for pid in ours if not _gone(pid)]
+            for pid in live:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, sig)  # each rank leads its own session (launch.spawn_rank)
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                _wait_gone(pid, 10.0)
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + wait_s
+            for pid in live:
+                _wait_gone(pid, max(0.0, deadline - time.monotonic()))
         if r.pids:
             done = (self.run_dir / "jobs" / r.name / "done").is_file()
             if done and not r.done:
@@ -320,13 +361,18 @@ class RuntimeScheduler:
             status = self.executor.status(job.name)
             pids = self.executor.pids(job.name)
             reported: float | None = None
-            if status is not None and pids and status.get("pid") == pids[0]:
+            # a command's status file was removed at launch: any status is this incarnation's (oak.job.report)
+            ours = status is not None and (job.is_command or (bool(pids) and status.get("pid") == pids[0]))
+            if status is not None and ours and job.is_command:
+                self._observe_command(job, r, status)
+            elif status is not None and ours:
                 step = int(status.get("step", r.step))
                 r.corrupt_skipped = max(r.corrupt_skipped, int(status.get("corrupt_skipped", 0) or 0))
                 r.lost_steps = max(r.lost_steps, int(status.get("lost_steps", 0) or 0))
                 if not r.ready and (step > r.launch_step or bool(status.get("done"))):
                     r.ready = True
                 r.step = max(r.step, step) if r.ready else r.step
+            if status is not None and ours:
                 with contextlib.suppress(TypeError, ValueError):
                     reported = float(status.get("updated_at"))  # type: ignore[arg-type]
             if reported is not None and self._live.heard.get(job.name, (None, 0.0))[0] != reported:
@@ -349,7 +395,7 @@ class RuntimeScheduler:
             elif state == "done":
                 self.executor.kill(job.name)
                 self._live.heard.pop(job.name, None)
-                r.step = job.target_steps
+                r.step = max(r.step, self._target(job, r)) if job.is_command else job.target_steps
                 r.unplace()
                 r.done, r.finish_s = True, now
                 r.fail_streak = 0
@@ -365,6 +411,43 @@ class RuntimeScheduler:
                 self._fail(job, r, now, why, g, usage_error=EXIT_INPUT in codes)
                 changed = True
         return changed
+
+    def _observe_command(self, job: RuntimeJob, r: JobRecord, status: dict[str, Any]) -> None:
+        """A command job's report (``oak.job.report``): its step (the first report of an incarnation is the
+        step after the one it resumed from: steps beyond its last checkpoint count as lost), its total and
+        batch, and its measured step time at this allocation (for the learned goodput model)."""
+        try:
+            step = int(status.get("step", 0))
+            total = int(status.get("total_steps") or 0)
+            batch = int(status.get("batch_size") or 0)
+            steps_timed = int(status.get("steps_timed") or 0)
+            step_time = float(status.get("step_time_s") or 0.0)
+            updated = float(status.get("updated_at") or 0.0)
+        except (TypeError, ValueError):
+            return
+        if total > 0:
+            r.total_steps = total
+        if batch > 0:
+            r.batch_size = batch
+        if not r.ready:
+            r.ready = True
+            r.lost_steps += max(0, r.step - (step - 1))
+            r.launch_step = max(0, step - 1)
+            r.step = step
+        else:
+            r.step = max(r.step, step)
+        seen = self._live.timed.get(job.name)
+        if steps_timed > 0 and step_time > 0 and updated != seen:
+            self._live.timed[job.name] = updated
+            world = max(1, len(r.devices))
+            bsz = (r.batch_size or job.batch_size) / world
+            self.learned.record(
+                r, nodes=1, replicas=world, local_bsz=bsz, elapsed_s=step_time * steps_timed, steps=steps_timed
+            )
+
+    def _target(self, job: RuntimeJob, r: JobRecord) -> int:
+        """Steps to completion: the jobs file's, else what the job reported (0: unknown)."""
+        return job.target_steps or r.total_steps
 
     def _fail(
         self, job: RuntimeJob, r: JobRecord, now: float, why: str, ranks: int, *, usage_error: bool = False
@@ -403,7 +486,10 @@ class RuntimeScheduler:
     def _read_step(self, job: RuntimeJob, r: JobRecord) -> None:
         """Set the job's step to its newest checkpoint's (a file with its checksum sidecar): what a restart
         resumes from. The worker verifies the checksum; a corrupt newest file makes it resume earlier, which
-        its first status report then shows."""
+        its first status report then shows. A command job's checkpoints are its own: its step stays the last
+        reported one until its next incarnation reports where it resumed."""
+        if job.is_command:
+            return
         r.step = min(newest_checkpoint_step(self.job_dir(job)), job.target_steps)
 
     def _inject_failures(self, records: list[JobRecord], now: float) -> bool:
@@ -432,7 +518,7 @@ class RuntimeScheduler:
         for i, (job, r) in enumerate(zip(self.jobs, records, strict=True)):
             st.arrived[i] = r.arrived
             st.done[i] = r.over
-            st.progress[i] = min(r.step / job.target_steps, 1.0) * total[i]
+            st.progress[i] = self.learned.fraction(job, r) * total[i]
             st.t_progress[i], st.t_ckpt[i], st.t_queue[i] = r.t_progress_s, r.t_ckpt_s, r.t_queue_s
             st.restarts[i], st.failures[i], st.started[i] = r.restarts, r.failures, r.started
             st.gpu_s[i], st.gpu_lost[i] = r.gpu_s, r.gpu_s_lost
@@ -475,6 +561,9 @@ class RuntimeScheduler:
             r.started = True
             r.incarnations += 1
             devs = tuple(int(g) for g in it.gpus)
+            if job.is_command:  # its first report after this launch is the new incarnation's
+                with contextlib.suppress(FileNotFoundError):
+                    (self.job_dir(job) / "status.json").unlink()
             self.executor.launch(Launch(job, self.job_dir(job), devs, self.opts.seed))
             self._live.heard[job.name] = (None, time.time())  # the stall clock starts once it is launched
             r.shape, r.config = it.shape, it.config
@@ -496,7 +585,7 @@ class RuntimeScheduler:
         jobs = tuple(
             JobResult(
                 name=j.name,
-                application=j.application,
+                application=j.application or ("learned" if j.is_command else ""),
                 submit_s=j.submit_s,
                 jct_s=(r.finish_s - j.submit_s) if r.done and r.finish_s is not None else None,
                 restarts=r.restarts,
@@ -510,7 +599,7 @@ class RuntimeScheduler:
             for j, r in zip(self.jobs, records, strict=True)
         )
         finishes = [r.finish_s for r in records if r.finish_s is not None]
-        first = min(j.submit_s for j in self.jobs)
+        first = min((j.submit_s for j in self.jobs), default=0.0)
         last = max(finishes) if len(finishes) == len(records) else end
         return RunResult(
             policy=self.policy.name,
@@ -537,15 +626,38 @@ def newest_checkpoint_step(job_dir: Path) -> int:
     return best
 
 
+def _is_rank_of(pid: int, job_dir: str) -> bool:
+    """Whether ``pid`` is a rank process of the job in ``job_dir`` (read from /proc; False if unreadable)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"oak.runtime.worker" in cmd and job_dir.encode() in cmd:
+            return True
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"OAK_JOB_DIR=" + job_dir.encode() in env
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie left unreaped by its new parent counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2 :].startswith("Z")
+
+
 def _wait_gone(pid: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            return
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+        if _gone(pid):
+            return
         time.sleep(0.05)

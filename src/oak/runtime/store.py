@@ -19,6 +19,9 @@ SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (name TEXT PRIMARY KEY, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS submissions (
+    seq INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, job TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS rounds (
     k INTEGER PRIMARY KEY, time_s REAL NOT NULL, decision_ms REAL NOT NULL, allocation TEXT NOT NULL
 );
@@ -61,11 +64,28 @@ class JobRecord:
     gave_up: str | None = None
     fail_streak: int = 0
     retry_at_s: float = 0.0
+    cancelled: bool = False
+    total_steps: int = 0
+    batch_size: int = 0
+    steplog: dict[str, Any] = field(default_factory=dict)
 
     @property
     def over(self) -> bool:
-        """Finished, or failed for good (``gave_up`` holds why): the scheduler places it no more."""
-        return self.done or self.gave_up is not None
+        """Finished, failed for good (``gave_up`` holds why) or cancelled: the scheduler places it no more."""
+        return self.done or self.gave_up is not None or self.cancelled
+
+    @property
+    def state(self) -> str:
+        """queued / restoring / running / done / failed / cancelled (``oak status``)."""
+        if self.done:
+            return "done"
+        if self.cancelled:
+            return "cancelled"
+        if self.gave_up is not None:
+            return "failed"
+        if self.launched_at_s is not None:
+            return "running" if self.ready else "restoring"
+        return "queued"
 
     def unplace(self) -> None:
         """The job holds no devices and runs no workers (stopped, failed, finished or orphan reaped)."""
@@ -82,7 +102,7 @@ class RunStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), isolation_level=None, timeout=30.0)
+        self._db = sqlite3.connect(str(path), isolation_level=None, timeout=30.0, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
@@ -110,6 +130,20 @@ class RunStore:
                 self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, json.dumps(v)))
             if rnd is not None:
                 self._db.execute("INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?)", rnd)
+
+    def submissions(self) -> list[dict[str, Any]]:
+        """The jobs submitted to ``oak serve``, in submission order (JSON objects of RuntimeJob fields)."""
+        return [json.loads(t) for (t,) in self._db.execute("SELECT job FROM submissions ORDER BY seq")]
+
+    def submit(self, jobs: list[dict[str, Any]], records: list[JobRecord]) -> None:
+        """Commit new submissions with their fresh records in one transaction (all or nothing)."""
+        with self._tx():
+            for job in jobs:
+                self._db.execute("INSERT INTO submissions (name, job) VALUES (?, ?)", (job["name"], json.dumps(job)))
+            for r in records:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO jobs VALUES (?, ?)", (r.name, json.dumps(asdict(r), sort_keys=True))
+                )
 
     def rounds(self) -> int:
         row = self._db.execute("SELECT COUNT(*) FROM rounds").fetchone()

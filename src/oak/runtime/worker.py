@@ -113,21 +113,49 @@ class WorkerConfig:
     min_step_s: float = 0.0
 
 
+def _env_int(name: str, default: int) -> int:
+    """An integer of the job contract's environment (docs/jobs.md), or ``default`` when unset or not one."""
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return default
+
+
 def _build_parser() -> argparse.ArgumentParser:
+    """The worker's options. Under the job contract (``command: [python, -m, oak.runtime.worker, --model ...]``
+    in a jobs file) the rank, world size, rendezvous and job directory default to the contract's variables
+    (OAK_JOB_DIR, OAK_WORLD_SIZE, OAK_RANK, OAK_LOCAL_RANK, MASTER_ADDR, MASTER_PORT), as torchrun's do."""
+    env = os.environ
+    job_dir = env.get("OAK_JOB_DIR")
     p = argparse.ArgumentParser(prog="python -m oak.runtime.worker", description=__doc__.split("\n\n")[0])
-    p.add_argument("--job-dir", type=Path, required=True, help="job directory (checkpoints, status, logs)")
+    p.add_argument(
+        "--job-dir",
+        type=Path,
+        required=job_dir is None,
+        default=Path(job_dir) if job_dir else None,
+        help="job directory (checkpoints, status, logs); default $OAK_JOB_DIR",
+    )
     p.add_argument("--model", choices=MODELS, required=True)
     p.add_argument("--target-steps", type=int, required=True, help="optimiser steps at which the job is done")
     p.add_argument("--batch-size", type=int, required=True, help="global batch (samples/step), split over ranks")
     p.add_argument("--ckpt-every", type=int, required=True, help="checkpoint every K steps")
-    p.add_argument("--world-size", type=int, default=1, help="number of data-parallel ranks W")
-    p.add_argument("--rank", type=int, default=0, help="this process's rank in [0, W)")
-    p.add_argument("--local-rank", type=int, default=None, help="GPU index among CUDA_VISIBLE_DEVICES (default rank)")
-    p.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address (rank 0 binds it)")
+    p.add_argument(
+        "--world-size", type=int, default=_env_int("OAK_WORLD_SIZE", 1), help="data-parallel ranks W ($OAK_WORLD_SIZE)"
+    )
+    p.add_argument("--rank", type=int, default=_env_int("OAK_RANK", 0), help="this process's rank in [0, W)")
+    p.add_argument(
+        "--local-rank",
+        type=int,
+        default=_env_int("OAK_LOCAL_RANK", -1) if "OAK_LOCAL_RANK" in env else None,
+        help="GPU index among CUDA_VISIBLE_DEVICES (default $OAK_LOCAL_RANK, else rank)",
+    )
+    p.add_argument(
+        "--master-addr", default=env.get("MASTER_ADDR", "127.0.0.1"), help="rendezvous address (rank 0 binds it)"
+    )
     p.add_argument(
         "--master-port",
         type=int,
-        default=0,
+        default=_env_int("MASTER_PORT", 0),
         help="rendezvous TCP port; 0 (W > 1): rank 0 binds a port the OS picks and publishes it (--rendezvous)",
     )
     p.add_argument(
@@ -488,6 +516,7 @@ class _Run:
     state: str = "starting"
     window_t: float = field(default_factory=time.perf_counter)
     window_samples: int = 0
+    window_step: int | None = None
     samples_per_s: float | None = None
     last_status_t: float = 0.0
 
@@ -523,10 +552,19 @@ class _Run:
         now = time.perf_counter()
         if not force and now - self.last_status_t < self.cfg.status_interval_s:
             return False
+        timed: dict[str, Any] = {}
         if self.window_samples and now > self.window_t:
             self.samples_per_s = self.window_samples / (now - self.window_t)
+            if self.window_step is not None and self.step > self.window_step:  # the job contract's step time
+                timed = {
+                    "steps_timed": self.step - self.window_step,
+                    "step_time_s": (now - self.window_t) / (self.step - self.window_step),
+                }
+        self.window_step = self.step
         self.window_t, self.window_samples, self.last_status_t = now, 0, now
         status = {
+            **timed,
+            "total_steps": self.cfg.target_steps,
             "step": self.step,
             "target_steps": self.cfg.target_steps,
             "loss": _finite(self.loss),

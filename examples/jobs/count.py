@@ -1,0 +1,66 @@
+"""A user training script under OAK's job contract (docs/jobs.md), in plain Python.
+
+It "trains" by sleeping: one optimiser step of a global batch of BATCH samples takes
+``STEP_S * (0.2 + 0.8 / world_size)`` seconds (80 % of the work is split across ranks), so the scheduler has
+a real speed-up to learn. Rank 0 reports every step with ``oak.job.report``, checkpoints every CKPT_EVERY
+steps (and when asked to stop) into ``OAK_CHECKPOINT_DIR``, and appends each step it completes to
+``steps.log`` there, so that a test can check that no step beyond the last checkpoint was lost.
+
+    python examples/jobs/count.py --steps 40 --step-s 0.05 --ckpt-every 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import oak.job
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--step-s", type=float, default=0.1)
+    ap.add_argument("--ckpt-every", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--fail-at", type=int, default=-1, help="exit 1 once at this step (a crash to recover from)")
+    a = ap.parse_args()
+    ckpt_dir = oak.job.checkpoint_dir()
+    ckpt = ckpt_dir / "ckpt.json"
+    step = json.loads(ckpt.read_text())["step"] if ckpt.exists() else 0
+    rank, world = oak.job.rank(), oak.job.world_size()
+    print(f"rank {rank}/{world}: resuming at step {step}", flush=True)
+
+    def save(s: int) -> None:
+        if rank == 0:
+            tmp = ckpt.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"step": s}))
+            os.replace(tmp, ckpt)  # atomic: a kill leaves the old checkpoint or the new one
+
+    while step < a.steps:
+        time.sleep(a.step_s * (0.2 + 0.8 / world))
+        step += 1
+        if rank == 0:
+            with open(ckpt_dir / "steps.log", "a") as fh:
+                fh.write(f"{step}\n")
+        if step == a.fail_at and not (ckpt_dir / "failed-once").exists():
+            (ckpt_dir / "failed-once").touch()
+            print("simulated crash", flush=True)
+            return 1
+        oak.job.report(step, total_steps=a.steps, batch_size=a.batch)
+        if step % a.ckpt_every == 0:
+            save(step)
+        if oak.job.should_stop():
+            save(step)
+            print(f"rank {rank}: stopped at step {step} (checkpointed)", flush=True)
+            return 0
+    save(step)
+    print(f"rank {rank}: done at step {step}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

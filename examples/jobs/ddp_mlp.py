@@ -1,0 +1,92 @@
+"""A torchrun-style PyTorch DDP script under OAK's job contract (docs/jobs.md).
+
+Nothing here is OAK-specific but three calls of ``oak.job``: the rendezvous is torch.distributed's ``env://``
+(MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK — set by OAK as by torchrun), the checkpoint goes to
+``OAK_CHECKPOINT_DIR``, and ``report`` / ``should_stop`` tell the scheduler the step and hear its SIGTERM. The
+same file runs under ``torchrun --nproc-per-node 2 examples/jobs/ddp_mlp.py`` or by hand.
+
+It fits a linear regression target with a small MLP on synthetic data (the batch of rank r at step s is drawn
+from a generator seeded with (s, r), so a resumed run sees the data it would have seen). A stop request is
+all-reduced every step, so every rank stops at the same step boundary and rank 0 checkpoints it.
+
+    python examples/jobs/ddp_mlp.py --steps 200 --batch 64 --ckpt-every 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import oak.job
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=64, help="global batch, split over the ranks")
+    ap.add_argument("--ckpt-every", type=int, default=20)
+    ap.add_argument("--hidden", type=int, default=64)
+    a = ap.parse_args()
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if world > 1:
+        dist.init_process_group(
+            "nccl" if cuda else "gloo", init_method="env://", timeout=datetime.timedelta(seconds=120)
+        )
+    torch.manual_seed(0)
+    model: nn.Module = nn.Sequential(nn.Linear(16, a.hidden), nn.Tanh(), nn.Linear(a.hidden, 1)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    path = oak.job.checkpoint_dir() / "model.pt"
+    step = 0
+    if path.exists():
+        state = torch.load(path, map_location=device)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step = int(state["step"])
+    print(f"rank {rank}/{world}: resuming at step {step}", flush=True)
+    net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    target = torch.linspace(-1, 1, 16, device=device)
+
+    def save() -> None:
+        if rank == 0:
+            tmp = path.with_suffix(".tmp")
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+            os.replace(tmp, path)  # atomic: a kill leaves the old checkpoint or the new one
+
+    loss = torch.tensor(0.0)
+    while step < a.steps:
+        g = torch.Generator().manual_seed(step * 1000 + rank)
+        x = torch.randn(a.batch // world, 16, generator=g).to(device)
+        y = (x @ target).unsqueeze(1)
+        loss = nn.functional.mse_loss(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        oak.job.report(step, total_steps=a.steps, batch_size=a.batch)
+        stop = torch.tensor([1.0 if oak.job.should_stop() else 0.0], device=device)
+        if world > 1:
+            dist.all_reduce(stop, op=dist.ReduceOp.MAX)  # every rank stops at the same step
+        if step % a.ckpt_every == 0 or stop.item() > 0 or step == a.steps:
+            save()
+        if stop.item() > 0:
+            print(f"rank {rank}: stopped at step {step} (checkpointed), loss {loss.item():.4f}", flush=True)
+            break
+    else:
+        print(f"rank {rank}: done at step {step}, loss {loss.item():.4f}", flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -48,7 +48,9 @@ def run_jobs(
     time_limit: Annotated[
         float | None, typer.Option(help="Stop after this many seconds (unfinished reported).")
     ] = None,
-    backend: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
+    backend: Annotated[
+        str, typer.Option(help="local (processes), ray, or slurm (one SLURM batch job per incarnation).")
+    ] = "local",
     address: Annotated[str | None, typer.Option(help="Ray address (default: start a local Ray).")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the run as JSON to this path.")] = None,
     max_retries: Annotated[
@@ -61,7 +63,7 @@ def run_jobs(
         bool, typer.Option(help="Resuming a run directory: place again the jobs it had given up on.")
     ] = False,
 ) -> None:
-    """Run the jobs of JOBS_FILE under a policy on local devices (or a Ray cluster), with injected failures."""
+    """Run the jobs of JOBS_FILE under a policy on local devices (or a Ray or SLURM cluster), with injected failures."""
     from oak.catalog import Catalog
     from oak.io_util import write_json
     from oak.policies import make_policy
@@ -70,8 +72,8 @@ def run_jobs(
 
     if (gpus is None) == (cpu_slots is None):
         fail("give exactly one of --gpus auto|N and --cpu-slots N")
-    if backend not in ("local", "ray"):
-        fail(f"--backend {backend!r}: expected local or ray")
+    if backend not in ("local", "ray", "slurm"):
+        fail(f"--backend {backend!r}: expected local, ray or slurm")
     # every plain parameter is checked before anything is loaded or built, with the option's name
     if cpu_slots is not None and cpu_slots < 1:
         fail(f"--cpu-slots {cpu_slots}: expected a positive integer")
@@ -90,11 +92,11 @@ def run_jobs(
     pol = make_policy(policy, seed=seed)  # an unknown policy fails here (OakInputError: exit 2)
     catalog = Catalog.load()
     jobs = load_jobs_file(jobs_file, tuple(catalog.apps))
-    executor = None
+    executor: Any = None  # RayExecutor, SlurmExecutor, or the scheduler's LocalExecutor
     if cpu_slots is not None:
         devices, kind = cpu_slots, "cpu"
         err_console.print(f"no GPUs used: {cpu_slots} CPU worker slots stand in for devices (--cpu-slots)")
-    elif backend == "ray":
+    elif backend in ("ray", "slurm"):
         kind = "gpu"
         devices = 0 if gpus == "auto" else _gpu_spec(gpus or "auto")  # checked against the cluster's GPUs
     else:
@@ -107,6 +109,16 @@ def run_jobs(
 
         executor = RayExecutor(address=address, device_kind=kind, devices=devices or None)
         devices = executor.devices
+    directory = (
+        run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
+    )
+    if backend == "slurm":
+        from oak.runtime.slurm_executor import SlurmExecutor
+
+        # checked against the largest node of the partition at once; the first launch cancels the SLURM jobs an
+        # earlier scheduler of this run directory left (adopt_or_cancel_orphans)
+        executor = SlurmExecutor(device_kind=kind, devices=devices or None, run_dir=directory)
+        devices = executor.devices
     opts = RuntimeOptions(
         devices=devices,
         device_kind=kind,
@@ -118,9 +130,6 @@ def run_jobs(
         stall_s=stall_seconds,
         max_retries=max_retries,
         retry_failed=retry_failed,
-    )
-    directory = (
-        run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
     )
     sched = RuntimeScheduler(jobs, pol, directory, opts, executor=executor, catalog=catalog)
     err_console.print(f"run directory: {directory}")

@@ -1,0 +1,876 @@
+"""The SLURM executor of ``oak run --backend slurm``: each job incarnation as one SLURM batch job.
+
+An incarnation of W ranks is submitted with ``sbatch --nodes=1 --ntasks=W`` (one CPU per rank for CPU slots,
+``--gres=gpu:W`` for GPUs) and ``--no-requeue``, named ``oak-<run tag>-<job>`` with the comment
+``oak:<run tag>:<job>:<incarnation>`` (the run tag hashes the run directory, as the Ray executor's does). Its batch
+script, written into ``JOB_DIR/slurm/<incarnation>/``, runs this module's supervisor
+(``python -m oak.runtime.slurm_executor DIR``), which starts the W rank processes exactly as
+:mod:`oak.runtime.launch` does locally (:func:`~oak.runtime.launch.rank_commands`,
+:func:`~oak.runtime.launch.spawn_rank`: ``rankR.log`` with its ``=== ... start`` line), records their pids in
+``pids.json`` and each rank's exit status in ``exit-R`` (both written atomically), SIGKILLs the peers of a rank
+that fails, and exits 0 only when every rank did. The ranks die with the supervisor (``PR_SET_PDEATHSIG``):
+``proctrack/linuxproc`` loses track of a process whose parent died.
+
+* **launch** waits (``start_timeout_s``, default 60 s) until the supervisor has started every rank (so that the
+  scheduler records their pids); a job SLURM does not start in time is cancelled and the launch fails;
+* **stop** is ``scancel --signal=TERM --full`` (every rank checkpoints at its next step boundary and exits 0),
+  a wait up to the timeout, then the kill below for the stragglers;
+* **kill** (an injected failure, or the clean-up of an ended job) SIGKILLs the ranks without a checkpoint:
+  ``scancel --signal=USR1 --batch`` (the supervisor SIGKILLs every rank's process group), after 3 s
+  ``scancel --signal=KILL --batch`` and ``scancel``, then a bounded wait for the job to end. (SLURM turns
+  ``scancel --signal=KILL`` of a whole job into a cancel — SIGTERM, ``KillWait``, SIGKILL — so the ranks
+  would checkpoint first: not a failure.)
+* **state**: ``failed`` when a rank exited non-zero, or when SLURM ended the job otherwise (``NODE_FAIL``: its
+  node went down, ``CANCELLED``, ``TIMEOUT``, ...); ``done`` / ``stopped`` when every rank exited 0, with / without
+  the worker's ``done`` marker; else ``running`` (``PENDING`` included). SLURM's view comes from one
+  ``squeue --me -t all`` listing, cached for ``poll_s`` seconds, whatever the number of jobs.
+
+Every SLURM command runs with a timeout (``command_timeout_s``, default 30 s; a hung ``squeue`` is killed and
+reported by name). :meth:`SlurmExecutor.reconcile` and :meth:`SlurmExecutor.adopt_or_cancel_orphans` act only on
+jobs whose comment carries this run's tag: another run's or user's jobs are never touched. The run directory must
+be on a filesystem every node shares (checkpoints, logs, exit files), and this interpreter must exist there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from oak.errors import OakInputError
+from oak.runtime.executor import JobState, Launch, job_spec
+from oak.runtime.launch import (
+    CHECKPOINT_SUBDIR,
+    DONE_FILE,
+    STATUS_FILE,
+    CommandSpec,
+    WorkerSpec,
+    free_port,
+    rank_commands,
+    spawn_rank,
+)
+
+PREFIX = "oak"
+"""Jobs are named ``oak-<run tag>-<job>`` and commented ``oak:<run tag>:<job>:<incarnation>``."""
+COMMAND_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0
+KILL_WAIT_S = 10.0
+"""Bound on waiting for a cancelled or ended SLURM job to leave the queue's active states."""
+KILL_SIGNAL_WAIT_S = 3.0
+"""How long a SIGUSR1 to a batch step (its supervisor SIGKILLs the ranks) may take before SIGKILL to the step."""
+POLL_S = 1.0
+INCARNATIONS_SUBDIR = "slurm"
+PIDS_FILE = "pids.json"
+RANKS_FILE = "ranks.json"
+ACTIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETING",
+        "RESIZING",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESV_DEL_HOLD",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+    }
+)
+"""squeue states of a job that holds (or waits for) resources; every other state is an end (COMPLETED, FAILED,
+CANCELLED, NODE_FAIL, TIMEOUT, BOOT_FAIL, OUT_OF_MEMORY, PREEMPTED, DEADLINE, ...)."""
+_BENIGN_SCANCEL = ("Invalid job id", "already completing or completed", "Job can not be altered now")
+_PR_SET_PDEATHSIG = 1
+
+
+def _spec(item: Launch) -> WorkerSpec | CommandSpec:
+    """What every rank of ``item`` runs: the user's command (job contract) or the packaged worker."""
+    return job_spec(item.job, item.seed)
+
+
+def run_tag(run_dir: str | Path) -> str:
+    """The tag of a run directory in its SLURM jobs' names and comments (as the Ray executor's placement groups)."""
+    return hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:12]
+
+
+LOCAL_CLUSTER_CONF = Path(os.environ.get("OAK_SLURM_DIR", "/tmp/oak-local-slurm")) / "slurm.conf"
+"""The configuration ``scripts/local-slurm start`` writes: SLURM's clients use it when SLURM_CONF is unset and
+the machine has no /etc/slurm/slurm.conf of its own, so that the local cluster works without an export."""
+
+
+def client_env() -> dict[str, str] | None:
+    """The environment of SLURM's client commands: this process's, plus SLURM_CONF of the local cluster when
+    nothing else configures SLURM (None: unchanged)."""
+    if "SLURM_CONF" in os.environ or Path("/etc/slurm/slurm.conf").exists() or not LOCAL_CLUSTER_CONF.is_file():
+        return None
+    return {**os.environ, "SLURM_CONF": str(LOCAL_CLUSTER_CONF)}
+
+
+def slurm_command(args: Sequence[str], timeout_s: float, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run one SLURM client command (argument list, no shell) in its own process group, killed with the group
+    after ``timeout_s`` seconds. Raises RuntimeError naming the command: on a timeout, or (``check``) on a
+    non-zero exit with its stderr; OakInputError when the command is not installed."""
+    argv = [str(a) for a in args]
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env=client_env(),
+        )
+    except FileNotFoundError as exc:
+        raise OakInputError(
+            f"{argv[0]}: not found on PATH; --backend slurm needs SLURM's client commands (sinfo, sbatch, squeue, "
+            "scancel): install them, or try a local cluster with scripts/local-slurm start (docs/slurm.md)"
+        ) from exc
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=5.0)
+        raise RuntimeError(
+            f"`{shlex.join(argv)}` did not answer within {timeout_s:g} s (is slurmctld up? try: scontrol ping)"
+        ) from None
+    if check and proc.returncode != 0:
+        why = (err or "").strip() or (out or "").strip() or "no output"
+        raise RuntimeError(f"`{shlex.join(argv)}` failed with exit status {proc.returncode}: {why}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out or "", err or "")
+
+
+def _gres_gpus(gres: str) -> int:
+    """GPUs in an sinfo ``%G`` field (``gpu:4``, ``gpu:a100:2(S:0-1)``, ``(null)``)."""
+    total = 0
+    for part in gres.split(","):
+        fields = part.split("(")[0].split(":")
+        if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process of this machine runs (a zombie does not)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return "\nState:\tZ" not in text
+
+
+@dataclass
+class _Job:
+    """One submitted incarnation: its SLURM job id, directories, ranks and what is known of its end."""
+
+    name: str
+    job_id: str
+    job_dir: Path
+    inc_dir: Path
+    world: int
+    command: bool
+    incarnation: str
+    pids: list[int] = field(default_factory=list)
+    host: str = ""
+    stop_requested: bool = False
+    final: JobState | None = None
+    noted: bool = False
+
+
+class SlurmExecutor:
+    """Runs each job incarnation as one SLURM batch job on one node (see the module doc).
+
+    ``device_kind``: ``cpu`` (each rank one CPU of the node: ``--cpu-slots``) or ``gpu`` (one GPU each, SLURM's
+    ``gres/gpu``). ``devices``: the devices the scheduler owns, checked at once against the largest node of
+    ``partition`` (default: ``$SBATCH_PARTITION``, else SLURM's default partition); None with ``gpu``: that
+    node's GPUs. ``run_dir``: the run directory, if known (else its tag is taken from the first launch's job
+    directory). ``sbatch_args`` are added to every ``sbatch`` (e.g. ``--account=X``; ``SBATCH_*`` environment
+    variables work too). ``command_timeout_s`` bounds every SLURM command, ``start_timeout_s`` a launch's wait
+    for its ranks, ``poll_s`` the age of the cached ``squeue`` listing.
+    """
+
+    def __init__(
+        self,
+        device_kind: str,
+        devices: int | None,
+        *,
+        partition: str | None = None,
+        run_dir: str | Path | None = None,
+        sbatch_args: Sequence[str] = (),
+        command_timeout_s: float = COMMAND_TIMEOUT_S,
+        start_timeout_s: float = START_TIMEOUT_S,
+        poll_s: float = POLL_S,
+        python: str = sys.executable,
+    ) -> None:
+        if device_kind not in ("cpu", "gpu"):
+            raise OakInputError(f"device_kind={device_kind!r}: expected 'cpu' or 'gpu'")
+        if devices is None and device_kind != "gpu":
+            raise OakInputError("devices=None (count the partition's GPUs) needs device_kind='gpu'")
+        if devices is not None and (isinstance(devices, bool) or not isinstance(devices, int) or devices < 1):
+            raise OakInputError(f"devices={devices!r}: expected a positive integer")
+        for what, value in (
+            ("command_timeout_s", command_timeout_s),
+            ("start_timeout_s", start_timeout_s),
+            ("poll_s", poll_s),
+        ):
+            if not value > 0:
+                raise OakInputError(f"{what}={value!r}: expected a positive number of seconds")
+        self.device_kind: str = device_kind
+        self._kind: Literal["cpu", "gpu"] = "gpu" if device_kind == "gpu" else "cpu"
+        self.command_timeout_s = float(command_timeout_s)
+        self.start_timeout_s = float(start_timeout_s)
+        self.poll_s = float(poll_s)
+        self.python = python
+        self.sbatch_args = tuple(str(a) for a in sbatch_args)
+        self._jobs: dict[str, _Job] = {}
+        self._stuck: dict[str, list[int]] = {}
+        self._listing: dict[str, tuple[str, str, str]] = {}
+        self._listed_at = -1e18
+        self._tag: str | None = None
+        self._swept: set[str] = set()
+        self._issues: list[str] = []
+        try:
+            self.partition, self.node_capacity, self.nodes = self._partition(
+                partition or os.environ.get("SBATCH_PARTITION") or None
+            )
+        except RuntimeError as exc:  # no controller answers: the user's setup, before anything started
+            raise OakInputError(
+                f"--backend slurm: cannot reach SLURM ({exc}); check SLURM_CONF and `scontrol ping`, or start a "
+                "local cluster with scripts/local-slurm start (docs/slurm.md)"
+            ) from exc
+        what = "CPU(s)" if self._kind == "cpu" else "GPU(s)"
+        if devices is None:
+            devices = self.node_capacity
+            if devices < 1:
+                raise OakInputError(
+                    f"--gpus auto: SLURM partition {self.partition!r} has no node with GPUs (gres/gpu) among "
+                    f"{', '.join(self.nodes)}; run on CPU slots with --cpu-slots N"
+                )
+        if self.node_capacity < 1:
+            raise OakInputError(
+                f"{'--cpu-slots' if self._kind == 'cpu' else '--gpus'} {devices}: SLURM partition "
+                f"{self.partition!r} has no {what} on its nodes ({', '.join(self.nodes) or 'none'})"
+                + ("; run on CPU slots with --cpu-slots N" if self._kind == "gpu" else "")
+            )
+        if devices > self.node_capacity:
+            flag = "--cpu-slots" if self._kind == "cpu" else "--gpus"
+            raise OakInputError(
+                f"{flag} {devices}: SLURM partition {self.partition!r} has at most {self.node_capacity} {what} on one "
+                f"node ({', '.join(self.nodes)}), and oak runs each job on one node; ask for at most "
+                f"{self.node_capacity}"
+            )
+        self.devices: int = devices
+        if run_dir is not None:
+            self._tag = run_tag(run_dir)
+
+    # ------------------------------------------------------------------ SLURM commands
+    def _cmd(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return slurm_command(list(args), self.command_timeout_s, check=check)
+
+    def _partition(self, partition: str | None) -> tuple[str, int, list[str]]:
+        """(partition, the most CPUs or GPUs of one of its nodes, its nodes) from ``sinfo -N``."""
+        timeout_s = min(self.command_timeout_s, 15.0)
+        rows = slurm_command(["sinfo", "-h", "-N", "-o", "%P|%N|%c|%G"], timeout_s).stdout.splitlines()
+        parts: dict[str, dict[str, int]] = {}
+        default: str | None = None
+        for row in rows:
+            fields = row.strip().split("|")
+            if len(fields) != 4:
+                continue
+            name, node, cpus, gres = fields
+            if name.endswith("*"):
+                name = name[:-1]
+                default = name
+            count = _gres_gpus(gres) if self._kind == "gpu" else (int(cpus) if cpus.isdigit() else 0)
+            parts.setdefault(name, {})[node] = count
+        if partition is None:
+            if default is None:
+                raise OakInputError(
+                    f"SLURM has no default partition (partitions: {', '.join(sorted(parts)) or 'none'}); set SBATCH_PARTITION"
+                )
+            partition = default
+        if partition not in parts:
+            raise OakInputError(
+                f"SLURM has no partition {partition!r} (sinfo lists: {', '.join(sorted(parts)) or 'none'})"
+            )
+        nodes = parts[partition]
+        return partition, max(nodes.values(), default=0), sorted(nodes)
+
+    def _refresh(self, *, fresh: bool = False) -> dict[str, tuple[str, str, str]]:
+        """This user's oak jobs known to slurmctld (recently ended ones too): job id → (state, reason, comment);
+        one ``squeue`` per ``poll_s`` unless ``fresh``."""
+        if not fresh and time.monotonic() - self._listed_at < self.poll_s:
+            return self._listing
+        out = self._cmd("squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%k").stdout
+        listing: dict[str, tuple[str, str, str]] = {}
+        for row in out.splitlines():
+            fields = row.strip().split("|", 3)
+            if len(fields) == 4 and fields[3].startswith(f"{PREFIX}:"):
+                listing[fields[0]] = (fields[1].split()[0] if fields[1] else "", fields[2], fields[3])
+        self._listing, self._listed_at = listing, time.monotonic()
+        return listing
+
+    def _slurm_state(self, rec: _Job, *, fresh: bool = False) -> str | None:
+        """The job's squeue state, None once slurmctld forgot it (MinJobAge after its end)."""
+        row = self._refresh(fresh=fresh).get(rec.job_id)
+        return None if row is None else row[0]
+
+    def _scancel(self, job_id: str, *args: str) -> None:
+        res = self._cmd("scancel", *args, job_id, check=False)
+        if res.returncode != 0 and not any(b in res.stderr for b in _BENIGN_SCANCEL):
+            raise RuntimeError(
+                f"`scancel {' '.join(args)} {job_id}` failed with exit status {res.returncode}: {res.stderr.strip()}"
+            )
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, item: Launch) -> None:
+        name = item.job.name
+        if name in self._jobs:
+            raise RuntimeError(f"job {name!r} is already running")
+        self._stuck.pop(name, None)
+        n = len(item.devices)
+        if n < 1:
+            raise OakInputError(f"job {name!r}: launched on no devices")
+        if n > self.node_capacity:
+            what = "CPU(s)" if self._kind == "cpu" else "GPU(s)"
+            raise OakInputError(
+                f"job {name!r}: cannot run {n} rank(s) on one node: the largest node of SLURM partition "
+                f"{self.partition!r} has {self.node_capacity} {what}"
+            )
+        job_dir = Path(item.job_dir).resolve()
+        job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tag = run_tag(job_dir.parent.parent)
+        if self._tag is None:
+            self._tag = tag
+        if tag not in self._swept:  # the first launch of this run here: jobs of an earlier scheduler go first
+            self._issues += self.adopt_or_cancel_orphans(job_dir.parent.parent)
+        spec = _spec(item)
+        command = isinstance(spec, CommandSpec)
+        if command:
+            (job_dir / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
+        ranks, _token, incarnation = rank_commands(
+            job_dir,
+            spec,
+            n,
+            item.devices,
+            job_name=name,
+            device_kind=self._kind,
+            master_addr="127.0.0.1",  # one node: the supervisor picks a command's port there (0 = pick)
+            master_port=0 if command else None,
+            python=self.python,
+            environ={},
+        )
+        inc_dir = job_dir / INCARNATIONS_SUBDIR / incarnation
+        inc_dir.mkdir(mode=0o700, parents=True)
+        plan = {
+            "job": name,
+            "job_dir": str(job_dir),
+            "incarnation": incarnation,
+            "kind": self._kind,
+            "command": command,
+            "ranks": [{"argv": r.argv, "env": r.env} for r in ranks],
+        }
+        _write_atomic(inc_dir / RANKS_FILE, json.dumps(plan, indent=1) + "\n")
+        script = inc_dir / "batch.sh"
+        _write_atomic(
+            script,
+            "#!/bin/sh\n# oak: one incarnation of job "
+            f"{name} (docs/slurm.md)\nexec {shlex.quote(self.python)} -m oak.runtime.slurm_executor "
+            f"{shlex.quote(str(inc_dir))}\n",
+        )
+        script.chmod(0o700)
+        resources = [f"--gres=gpu:{n}", "--cpus-per-task=1"] if self._kind == "gpu" else ["--cpus-per-task=1"]
+        argv = [
+            "sbatch",
+            "--parsable",
+            "--no-requeue",
+            f"--job-name={PREFIX}-{tag}-{name}",
+            f"--comment={PREFIX}:{tag}:{name}:{incarnation}",
+            f"--partition={self.partition}",
+            "--nodes=1",
+            f"--ntasks={n}",
+            *resources,
+            f"--output={inc_dir}/slurm-%j.out",
+            f"--chdir={job_dir}",
+            *self.sbatch_args,
+            str(script),
+        ]
+        out = self._cmd(*argv).stdout.strip()
+        job_id = out.split(";")[0].strip()
+        if not job_id.isdigit():
+            raise RuntimeError(f"`{shlex.join(argv)}` printed {out!r}, not a job id")
+        rec = _Job(name, job_id, job_dir, inc_dir, n, command, incarnation)
+        try:
+            self._await_start(rec)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._end(rec)
+            raise
+        self._jobs[name] = rec
+
+    def _await_start(self, rec: _Job) -> None:
+        """Wait until the supervisor recorded every rank's pid (``start_timeout_s``)."""
+        deadline = time.monotonic() + self.start_timeout_s
+        state: str | None = "PENDING"
+        reason = ""
+        next_check = 0.0
+        while True:
+            try:
+                obj = json.loads((rec.inc_dir / PIDS_FILE).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                obj = None
+            if isinstance(obj, dict):
+                if obj.get("error"):
+                    msg = f"job {rec.name!r}: cannot start its ranks in SLURM job {rec.job_id}: {obj['error']}"
+                    raise OakInputError(msg) if rec.command else RuntimeError(msg)
+                rec.pids = [int(p) for p in obj.get("pids", [])]
+                rec.host = str(obj.get("host", ""))
+                return
+            now = time.monotonic()
+            if now >= next_check:
+                row = self._refresh(fresh=True).get(rec.job_id)
+                state, reason = (row[0], row[1]) if row is not None else (None, "")
+                if state is None or state not in ACTIVE_STATES:
+                    raise RuntimeError(
+                        f"job {rec.name!r}: SLURM job {rec.job_id} ended ({state or 'gone'}) before its ranks "
+                        f"started; its output ({rec.inc_dir}/slurm-{rec.job_id}.out):\n{self._output_tail(rec)}"
+                    )
+                next_check = now + 0.5
+            if now >= deadline:
+                raise RuntimeError(
+                    f"job {rec.name!r}: SLURM did not start job {rec.job_id} within {self.start_timeout_s:g} s "
+                    f"(state {state}, reason {reason or 'none'}); cancelled"
+                )
+            time.sleep(0.05)
+
+    def _output_tail(self, rec: _Job, lines: int = 15) -> str:
+        try:
+            text = (rec.inc_dir / f"slurm-{rec.job_id}.out").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return "(none)"
+        return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+
+    # ------------------------------------------------------------------ observe
+    def _codes(self, rec: _Job) -> list[int | None]:
+        return [_read_int(rec.inc_dir / f"exit-{r}") for r in range(rec.world)]
+
+    def _finished(self, rec: _Job, codes: list[int | None]) -> bool:
+        """Target reached: the worker's ``done`` marker, or a command that exited 0 unasked."""
+        if rec.command:
+            return not rec.stop_requested and all(c == 0 for c in codes)
+        return (rec.job_dir / DONE_FILE).is_file()
+
+    def _outcome(self, rec: _Job, *, fresh: bool = False) -> JobState:
+        codes = self._codes(rec)
+        if rec.command and rec.stop_requested:
+            codes = [0 if c == -signal.SIGTERM else c for c in codes]
+        if any(c is not None and c != 0 for c in codes):
+            return "failed"
+        state = self._slurm_state(rec, fresh=fresh)
+        if state is not None and state not in ACTIVE_STATES and state != "COMPLETED":
+            return "failed"  # NODE_FAIL, CANCELLED, TIMEOUT, ...: SLURM ended it (its ranks may have exited 0)
+        if all(c == 0 for c in codes):
+            if not rec.stop_requested and not (rec.job_dir / DONE_FILE).is_file():
+                # exited 0 without being asked to stop and without finishing: a SIGTERM from SLURM (its node
+                # went down, a time limit, an operator's scancel) unless SLURM says otherwise now
+                state = self._slurm_state(rec, fresh=True)
+                if state is not None and state not in ACTIVE_STATES and state != "COMPLETED":
+                    return "failed"
+            return "done" if self._finished(rec, codes) else "stopped"
+        if state is None or state not in ACTIVE_STATES:
+            if all(c == 0 for c in self._codes(rec)):  # the last exit file landed just before the job ended
+                return self._outcome(rec, fresh=fresh)
+            return "failed"  # ended (COMPLETED or forgotten) without every rank's exit status
+        return "running"
+
+    def _note(self, rec: _Job, text: str) -> None:
+        """Append a line about the SLURM job to rank 0's log (shown in the scheduler's failure report)."""
+        if rec.noted:
+            return
+        rec.noted = True
+        with contextlib.suppress(OSError), open(rec.job_dir / "rank0.log", "a", encoding="utf-8") as fh:
+            fh.write(f"oak slurm executor: {text}\n")
+
+    def state(self, name: str) -> JobState | None:
+        rec = self._jobs.get(name)
+        if rec is None:
+            return None
+        if rec.final is not None:
+            return rec.final
+        outcome = self._outcome(rec)
+        if outcome != "running":
+            rec.final = outcome
+            if outcome == "failed":
+                row = self._listing.get(rec.job_id)
+                how = f"{row[0]}, reason {row[1]}" if row is not None else "no longer listed"
+                self._note(rec, f"SLURM job {rec.job_id} failed ({how}); rank exit statuses {self._codes(rec)}")
+        return outcome
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        rec = self._jobs.get(name)
+        if rec is None:
+            return None
+        try:
+            with open(rec.job_dir / STATUS_FILE, encoding="utf-8") as fh:
+                obj = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        return obj if isinstance(obj, dict) else None
+
+    def pids(self, name: str) -> list[int]:
+        rec = self._jobs.get(name)
+        return [] if rec is None else list(rec.pids)
+
+    def exit_codes(self, name: str) -> list[int | None]:
+        rec = self._jobs.get(name)
+        return [] if rec is None else self._codes(rec)
+
+    def unreaped(self, name: str) -> list[int]:
+        return list(self._stuck.get(name, []))
+
+    def job_id(self, name: str) -> str | None:
+        """The SLURM job id of a job's current incarnation (None: not launched here)."""
+        rec = self._jobs.get(name)
+        return None if rec is None else rec.job_id
+
+    # ------------------------------------------------------------------ stop and kill
+    def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
+        """``scancel --signal=TERM --full`` every named job at once, wait up to ``timeout_s`` s for their
+        checkpoints, SIGKILL the rest; every job has left SLURM's active states (bounded wait) on return."""
+        recs = {n: self._jobs[n] for n in names if n in self._jobs}
+        listing = self._refresh(fresh=True) if recs else {}
+        for rec in recs.values():
+            if rec.final is None:
+                rec.stop_requested = True
+                if listing.get(rec.job_id, ("",))[0] == "PENDING":  # not started (again): nothing to checkpoint
+                    self._scancel(rec.job_id)
+                    rec.final = "stopped"
+                else:
+                    self._scancel(rec.job_id, "--signal=TERM", "--full")
+        deadline = time.monotonic() + timeout_s
+        pending = [rec for rec in recs.values() if rec.final is None]
+        while pending:
+            self._refresh(fresh=True)
+            for rec in list(pending):
+                outcome = self._outcome(rec)
+                if outcome != "running":
+                    rec.final = outcome
+                    pending.remove(rec)
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        for rec in pending:
+            rec.final = "failed"  # past the timeout: SIGKILLed below
+            self._note(rec, f"SLURM job {rec.job_id} did not stop within {timeout_s:g} s of SIGTERM; SIGKILLed")
+        out: dict[str, JobState] = {}
+        for name, rec in recs.items():
+            self._end(rec)
+            assert rec.final is not None
+            out[name] = rec.final
+            del self._jobs[name]
+        return out
+
+    def kill(self, name: str) -> None:
+        """Failure injection (and clean-up of an ended job): ``scancel --signal=KILL --full``, ``scancel``, and
+        a bounded wait for the job's end (ranks still alive on this machine after it: ``unreaped``)."""
+        rec = self._jobs.pop(name, None)
+        if rec is not None:
+            self._end(rec)
+
+    def _end(self, rec: _Job) -> None:
+        """SIGKILL whatever still runs of the incarnation (``_hard_kill``) and wait (``KILL_WAIT_S``) until SLURM
+        has ended it and its ranks on this machine are gone (else they are kept for ``unreaped``)."""
+        state = self._slurm_state(rec, fresh=True)
+        ended_cleanly = all(c is not None for c in self._codes(rec))
+        if state in ACTIVE_STATES and not ended_cleanly:
+            self._hard_kill({rec.job_id: state})
+        deadline = time.monotonic() + KILL_WAIT_S
+        while True:
+            state = self._slurm_state(rec, fresh=True)
+            alive = self._alive_here(rec)
+            if (state is None or state not in ACTIVE_STATES) and not alive:
+                self._stuck.pop(rec.name, None)
+                return
+            if time.monotonic() >= deadline:
+                if state in ACTIVE_STATES and ended_cleanly:  # the supervisor did not exit after its ranks
+                    ended_cleanly = False
+                    self._hard_kill({rec.job_id: state})
+                    deadline = time.monotonic() + KILL_WAIT_S
+                    continue
+                if alive:
+                    self._stuck[rec.name] = alive
+                return
+            time.sleep(0.1)
+
+    def _active(self, ids: list[str]) -> list[str]:
+        listing = self._refresh(fresh=True)
+        return [i for i in ids if i in listing and listing[i][0] in ACTIVE_STATES]
+
+    def _wait_ended(self, ids: list[str], timeout_s: float) -> list[str]:
+        """Wait up to ``timeout_s`` s until none of the jobs is active; returns those still active."""
+        deadline = time.monotonic() + timeout_s
+        left = self._active(ids)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = self._active(left)
+        return left
+
+    def _hard_kill(self, jobs: dict[str, str]) -> list[str]:
+        """SIGKILL the ranks of SLURM jobs (id → state) without a checkpoint, and cancel them.
+
+        SLURM's own ``scancel --signal=KILL`` of a whole job is a cancel (SIGTERM, KillWait, SIGKILL: the ranks
+        would checkpoint), so each batch step gets SIGUSR1 (``--batch``): its supervisor SIGKILLs every rank's
+        process group, records their exit statuses and exits. A batch step still there after
+        ``KILL_SIGNAL_WAIT_S`` s gets SIGKILL (its ranks die with it: ``PR_SET_PDEATHSIG``), then ``scancel``
+        (a pending job: at once). Returns the ids still active ``KILL_WAIT_S`` s later."""
+        pending = [i for i, st in jobs.items() if st == "PENDING"]
+        started = [i for i in jobs if i not in pending]
+        for job_id in pending:
+            self._scancel(job_id)
+        for job_id in started:
+            self._scancel(job_id, "--signal=USR1", "--batch")
+        left = self._wait_ended(started, KILL_SIGNAL_WAIT_S)
+        for job_id in left:
+            self._scancel(job_id, "--signal=KILL", "--batch")
+            self._scancel(job_id)
+        return self._wait_ended(left + pending, KILL_WAIT_S)
+
+    def _alive_here(self, rec: _Job) -> list[int]:
+        """The incarnation's rank pids still alive, when it ran on this machine (else unknown: [])."""
+        if rec.host != socket.gethostname():
+            return []
+        return [p for p in rec.pids if _alive(p)]
+
+    def shutdown(self) -> None:
+        for name in list(self._jobs):
+            self.kill(name)
+
+    # ------------------------------------------------------------------ reconcile and orphans
+    def _run_jobs(self, tag: str) -> dict[str, tuple[str, str, str]]:
+        """This run's SLURM jobs in an active state: job id → (state, reason, job name)."""
+        prefix = f"{PREFIX}:{tag}:"
+        out: dict[str, tuple[str, str, str]] = {}
+        for job_id, (state, reason, comment) in self._refresh(fresh=True).items():
+            if comment.startswith(prefix) and state in ACTIVE_STATES:
+                out[job_id] = (state, reason, comment.split(":")[2] if comment.count(":") >= 3 else "?")
+        return out
+
+    def _cancel_all(self, jobs: dict[str, tuple[str, str, str]], grace_s: float = 0.0) -> None:
+        """Cancel the given SLURM jobs (id → (state, reason, name)): with ``grace_s`` > 0, SIGTERM the running
+        ones first (they checkpoint and exit) and wait up to that long; then ``_hard_kill`` what is left."""
+        ids = sorted(jobs)
+        if grace_s > 0 and ids:
+            for job_id in ids:
+                if jobs[job_id][0] != "PENDING":
+                    self._scancel(job_id, "--signal=TERM", "--full")
+            ids = self._wait_ended([i for i in ids if jobs[i][0] != "PENDING"], grace_s) + [
+                i for i in ids if jobs[i][0] == "PENDING"
+            ]
+        listing = self._refresh(fresh=True)
+        self._hard_kill({i: listing[i][0] for i in ids if i in listing})
+
+    def adopt_or_cancel_orphans(self, run_dir: str | Path, grace_s: float = 30.0) -> list[str]:
+        """After a scheduler restart: cancel every SLURM job of the run in ``run_dir`` that this executor does not
+        own — SIGTERM first (a checkpoint, as at any stop), SIGKILL after ``grace_s`` s — and wait for them to end;
+        returns one line per job cancelled. The new scheduler cannot adopt them (it resumes every job from its
+        newest checkpoint), so they would only hold devices. The first launch of a run does this anyway; call it
+        before the scheduler starts to report what it cancelled."""
+        tag = run_tag(run_dir)
+        if self._tag is None:
+            self._tag = tag
+        owned = {rec.job_id for rec in self._jobs.values()}
+        orphans = {i: row for i, row in self._run_jobs(tag).items() if i not in owned}
+        self._cancel_all(orphans, grace_s)
+        self._swept.add(tag)
+        return [
+            f"{job}: SLURM job {job_id} ({state}) of an earlier scheduler of this run: cancelled"
+            for job_id, (state, _reason, job) in sorted(orphans.items())
+        ]
+
+    def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
+        """Compare the scheduler's intended allocation (job → device ids; jobs without devices are ignored)
+        with what SLURM runs for this run; returns the discrepancies and cancels what runs but is not intended:
+        this executor's jobs outside ``intended`` and this run's SLURM jobs it does not own. Intended jobs that
+        SLURM does not run are reported, not acted on (``state`` reports them failed)."""
+        want = {n: len(d) for n, d in intended.items() if d}
+        issues, self._issues = list(self._issues), []
+        for name in sorted(set(self._jobs) - set(want)):
+            extra = self._jobs[name]
+            issues.append(f"{name}: SLURM job {extra.job_id} runs {extra.world} rank(s) but is not intended; cancelled")
+            self.kill(name)
+        if self._tag is None:
+            return issues
+        run = self._run_jobs(self._tag)
+        owned = {rec.job_id: rec for rec in self._jobs.values()}
+        strays = {i: row for i, row in run.items() if i not in owned}
+        for job_id, (state, _reason, job) in sorted(strays.items()):
+            issues.append(f"{job}: SLURM job {job_id} ({state}) is not this scheduler's: cancelled")
+        self._cancel_all(strays)
+        for name, count in sorted(want.items()):
+            rec: _Job | None = self._jobs.get(name)
+            if rec is None:
+                issues.append(f"{name}: intended on {count} device(s), SLURM runs none")
+                continue
+            if rec.world != count:
+                issues.append(f"{name}: intended on {count} device(s), SLURM job {rec.job_id} runs {rec.world} rank(s)")
+            if rec.final is None and self._outcome(rec) == "running":  # an end is the next state()'s to report
+                row = run.get(rec.job_id)
+                if row is None:
+                    issues.append(f"{name}: SLURM job {rec.job_id} is no longer active")
+                elif row[0] != "RUNNING":
+                    issues.append(f"{name}: SLURM job {rec.job_id} is {row[0]} (reason {row[1]})")
+        return issues
+
+
+# ---------------------------------------------------------------------------------------------- the supervisor
+def _die_with_parent() -> Callable[[], None] | None:
+    """preexec_fn: the rank gets SIGKILL when the supervisor dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+def supervise(inc_dir: Path) -> int:
+    """The batch job of one incarnation: start its ranks (``ranks.json``), record their pids and exit statuses,
+    forward SIGTERM/SIGINT (stop: checkpoint and exit 0), SIGKILL every rank's process group on SIGUSR1 (the
+    executor's kill) and the peers of a failed rank. Exit status 0
+    when every rank exited 0, else 1."""
+    plan = json.loads((inc_dir / RANKS_FILE).read_text(encoding="utf-8"))
+    job_dir = Path(plan["job_dir"])
+    command = bool(plan["command"])
+    world = len(plan["ranks"])
+    procs: list[subprocess.Popen[bytes]] = []
+    stop = {"requested": False, "killed": False}
+
+    def send(sig: int) -> None:
+        for p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    if command or sig == signal.SIGKILL:
+                        os.killpg(p.pid, sig)  # each rank leads its own session: a wrapper's children too
+                    else:
+                        p.send_signal(sig)
+
+    def on_stop(signum: int, frame: Any) -> None:
+        stop["requested"] = True
+        send(signum)
+
+    def on_kill(signum: int, frame: Any) -> None:  # the executor's kill: no checkpoint
+        stop["killed"] = True
+        send(signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGUSR1, on_kill)
+    host = socket.gethostname()
+    slurm_job = os.environ.get("SLURM_JOB_ID", "?")
+    port = str(free_port("127.0.0.1")) if command else ""
+    try:
+        for rank, spec in enumerate(plan["ranks"]):
+            env = dict(os.environ)
+            env.update(spec["env"])
+            if command and env.get("MASTER_PORT") == "0":
+                env["MASTER_PORT"] = port
+            if plan["kind"] == "gpu" and os.environ.get("CUDA_VISIBLE_DEVICES"):
+                env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]  # the GPUs SLURM allocated
+            note = f" incarnation {plan['incarnation']} rank {rank}/{world} (slurm job {slurm_job} on {host})"
+            procs.append(
+                spawn_rank(
+                    spec["argv"],
+                    env,
+                    job_dir / f"rank{rank}.log",
+                    note,
+                    preexec_fn=_die_with_parent(),
+                    log_argv0=command,
+                )
+            )
+    except OSError as exc:
+        send(signal.SIGKILL)
+        _write_atomic(inc_dir / PIDS_FILE, json.dumps({"error": f"{plan['ranks'][len(procs)]['argv']!r}: {exc}"}))
+        for r in range(world):
+            _write_atomic(inc_dir / f"exit-{r}", "127\n")
+        return 1
+    _write_atomic(inc_dir / PIDS_FILE, json.dumps({"pids": [p.pid for p in procs], "host": host, "job": slurm_job}))
+    if stop["killed"]:
+        send(signal.SIGKILL)  # killed while the later ranks were starting
+    elif stop["requested"]:
+        send(signal.SIGTERM)  # asked to stop while the later ranks were starting
+    written: set[int] = set()
+    while True:
+        failed = False
+        for rank, p in enumerate(procs):
+            code = p.poll()
+            if code is None or rank in written:
+                continue
+            _write_atomic(inc_dir / f"exit-{rank}", f"{code}\n")
+            written.add(rank)
+            if code != 0 and not (command and stop["requested"] and code == -signal.SIGTERM):
+                failed = True
+        if failed:
+            send(signal.SIGKILL)  # the peers of a dead rank
+            for rank, p in enumerate(procs):
+                code = p.wait()
+                if rank not in written:
+                    _write_atomic(inc_dir / f"exit-{rank}", f"{code}\n")
+            return 1
+        if len(written) == world:
+            return 0
+        time.sleep(0.05)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m oak.runtime.slurm_executor INCARNATION_DIR (oak's SLURM batch jobs)", file=sys.stderr)
+        return 2
+    return supervise(Path(args[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

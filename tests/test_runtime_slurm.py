@@ -382,3 +382,56 @@ def test_a_command_job_gets_the_contract_and_its_own_port(tmp_path: Path, monkey
     finally:
         ex.shutdown()
 
+
+def test_oak_serve_runs_submitted_command_jobs_on_slurm(tmp_path: Path) -> None:
+    """``oak serve --backend slurm``: a submitted user script (the job contract) runs as SLURM jobs and
+    finishes, every step once; cancelling a second one ends its SLURM job."""
+    count = str(ROOT / "examples" / "jobs" / "count.py")
+    run_dir = tmp_path / "run"
+    argv = [
+        sys.executable,
+        "-c",
+        "from oak.cli.main import main; main()",
+        "serve",
+        "--run-dir",
+        str(run_dir),
+        "--backend",
+        "slurm",
+        "--cpu-slots",
+        "2",
+        "--round-seconds",
+        "3",
+    ]
+    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 (closed below)
+    server = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (run_dir / "oak.sock").exists():
+            assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "serve.log").read_text()
+            time.sleep(0.2)
+        jobs = tmp_path / "jobs.yaml"
+        jobs.write_text(
+            "jobs:\n"
+            f'  - {{name: s, command: [{sys.executable}, {count}, --steps, "30", --step-s, "0.05"], max_gpus: 2}}\n'
+            f'  - {{name: forever, command: [{sys.executable}, {count}, --steps, "100000", --step-s, "0.05"]}}\n'
+        )
+        out = oak("submit", "--run-dir", str(run_dir), str(jobs))
+        assert out.returncode == 0, out.stderr
+        deadline = time.monotonic() + 120
+        while True:
+            state = {
+                r["name"]: r for r in json.loads(oak("status", "--run-dir", str(run_dir), "--json").stdout)["jobs"]
+            }
+            if state["s"]["state"] == "done" and state["forever"]["state"] == "running":
+                break
+            assert time.monotonic() < deadline, state
+            time.sleep(1.0)
+        assert oak("cancel", "--run-dir", str(run_dir), "forever").returncode == 0
+        steps = [int(x) for x in (run_dir / "jobs" / "s" / "checkpoints" / "steps.log").read_text().split()]
+        assert steps == list(range(1, 31))
+        tag = run_tag(run_dir)
+        assert f"oak:{tag}:" not in _sh("squeue", "-h", "-o", "%k"), "the cancelled job's SLURM job is gone"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(120)
+        log.close()

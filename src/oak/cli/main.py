@@ -379,3 +379,4 @@ def main() -> None:
 from oak.cli import bench as _bench  # noqa: E402,F401  (registers the bench commands)
 from oak.cli import reproduce as _reproduce  # noqa: E402,F401  (registers the reproduce command)
 from oak.cli import run as _run  # noqa: E402,F401  (registers the run command)
+from oak.cli import serve as _serve  # noqa: E402,F401  (registers serve, submit, status, cancel, logs)

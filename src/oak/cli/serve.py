@@ -1,0 +1,375 @@
+"""``oak serve`` / ``submit`` / ``status`` / ``cancel`` / ``logs``: the scheduler as a service (docs/jobs.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from oak.cli.common import app, console, err_console, fail
+
+RunDir = Annotated[Path, typer.Option(help="The service's run directory (state.sqlite, oak.sock, jobs/).")]
+
+
+def _listen_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        fail(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:8470")
+    return host.strip("[]"), int(port)
+
+
+@app.command("serve")
+def serve(
+    run_dir: RunDir,
+    policy: Annotated[str, typer.Option(help="Policy: oak, sia, pollux, ..., or FILE.py:NAME.")] = "oak",
+    gpus: Annotated[str | None, typer.Option(help="'auto' (every visible CUDA GPU) or a count.")] = None,
+    cpu_slots: Annotated[int | None, typer.Option(help="Treat N CPU worker processes as the devices.")] = None,
+    round_seconds: Annotated[float, typer.Option(help="Seconds per scheduling round.")] = 60.0,
+    seed: Annotated[int, typer.Option(help="Seed of the failure stream and the packaged workers.")] = 0,
+    failure_rate: Annotated[float, typer.Option(help="λ: injected SIGKILL probability per round per job.")] = 0.0,
+    profile_type: Annotated[
+        str | None, typer.Option(help="Catalog GPU type whose goodput model scores allocations (cpu: aws).")
+    ] = None,
+    backend: Annotated[str, typer.Option(help="local (processes), ray or slurm.")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray address (default: start a local Ray).")] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(help="Also serve HTTP on HOST:PORT (GET /metrics, POST /v1/request), token in RUN_DIR/token."),
+    ] = None,
+    stop_seconds: Annotated[float, typer.Option(help="Grace period of a stop (SIGTERM) before SIGKILL.")] = 60.0,
+    max_retries: Annotated[int, typer.Option(help="Failures in a row without progress before a job fails.")] = 3,
+    stall_seconds: Annotated[float, typer.Option(help="Kill as failed a job whose status stops updating.")] = 180.0,
+) -> None:
+    """Run the scheduler as a service: jobs come with `oak submit`, leave with `oak cancel`; SIGTERM or Ctrl-C
+    stops every job with a checkpoint; the same command resumes (also after SIGKILL)."""
+    from oak.catalog import Catalog
+    from oak.policies import make_policy
+    from oak.runtime.scheduler import RuntimeOptions
+    from oak.service.protocol import Listeners
+    from oak.service.scheduler import ServiceScheduler
+
+    if (gpus is None) == (cpu_slots is None):
+        fail("give exactly one of --gpus auto|N and --cpu-slots N")
+    if backend not in ("local", "ray", "slurm"):
+        fail(f"--backend {backend!r}: expected local, ray or slurm")
+    if cpu_slots is not None and cpu_slots < 1:
+        fail(f"--cpu-slots {cpu_slots}: expected a positive integer")
+    for flag, v in (
+        ("--round-seconds", round_seconds),
+        ("--stop-seconds", stop_seconds),
+        ("--stall-seconds", stall_seconds),
+    ):
+        if not (math.isfinite(v) and v > 0):
+            fail(f"{flag} {v!r}: expected a positive number of seconds")
+    if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):
+        fail(f"--failure-rate {failure_rate!r}: expected a probability in [0, 1]")
+    if seed < 0:
+        fail(f"--seed {seed}: expected an integer >= 0")
+    if max_retries < 1:
+        fail(f"--max-retries {max_retries}: expected a positive integer")
+    addr = _listen_address(listen) if listen is not None else None
+    pol = make_policy(policy, seed=seed)
+    catalog = Catalog.load()
+    executor, devices, kind = make_executor(backend, gpus, cpu_slots, address, Path(run_dir))
+    ptype = profile_type or ("aws" if kind == "cpu" else "dgx-ext")
+    if not any(ptype in a.gpus for a in catalog.apps.values()):
+        fail(f"--profile-type {ptype!r}: no application has a profile for it")
+    opts = RuntimeOptions(
+        devices=devices,
+        device_kind=kind,
+        profile_type=ptype,
+        failure_rate=failure_rate,
+        round_s=round_seconds,
+        seed=seed,
+        stop_timeout_s=stop_seconds,
+        stall_s=stall_seconds,
+        max_retries=max_retries,
+    )
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    sched = ServiceScheduler(pol, run_dir, opts, executor=executor, catalog=catalog, log=log)
+    listeners = Listeners(Path(run_dir), sched.request, addr)
+    where = f"; HTTP on {listeners.address[0]}:{listeners.address[1]}" if listeners.address else ""
+    log(
+        json.dumps(
+            {
+                "event": "serve",
+                "run_dir": str(run_dir),
+                "devices": devices,
+                "kind": kind,
+                "policy": pol.name,
+                "socket": str(Path(run_dir) / "oak.sock"),
+                "listen": listen,
+            }
+        )
+    )
+    err_console.print(
+        f"oak serve: {devices} {kind} device(s), policy {pol.name}, socket {Path(run_dir) / 'oak.sock'}{where}"
+    )
+    try:
+        sched.run()
+    finally:
+        listeners.close()
+    err_console.print("oak serve: stopped; every running job was stopped with a checkpoint")
+
+
+def make_executor(
+    backend: str, gpus: str | None, cpu_slots: int | None, address: str | None, run_dir: Path
+) -> tuple[Any, int, str]:
+    """The executor of ``--backend`` and the devices it owns: (executor or None for local, devices, kind)."""
+    from oak.cli.run import _gpu_count, _gpu_spec
+
+    if cpu_slots is not None:
+        devices, kind = cpu_slots, "cpu"
+    elif backend == "ray" or backend == "slurm":
+        devices, kind = (0 if gpus == "auto" else _gpu_spec(gpus or "auto")), "gpu"
+    else:
+        devices, kind = _gpu_count(gpus or "auto"), "gpu"
+    executor: Any = None
+    if backend == "ray":
+        from oak.runtime.ray_executor import RayExecutor
+
+        executor = RayExecutor(address=address, device_kind=kind, devices=devices or None)
+        devices = executor.devices
+    elif backend == "slurm":
+        from oak.runtime.slurm_executor import SlurmExecutor
+
+        executor = SlurmExecutor(device_kind=kind, devices=devices or None, run_dir=run_dir)
+        devices = executor.devices
+    return executor, devices, kind
+
+
+def _call(run_dir: Path, op: str, **args: Any) -> dict[str, Any]:
+    from oak.service.protocol import call
+
+    reply = call(run_dir, op, **args)
+    if not reply.get("ok"):
+        fail(str(reply.get("error", "refused")))
+    return reply
+
+
+@app.command("submit")
+def submit(
+    run_dir: RunDir,
+    jobs_file: Annotated[Path | None, typer.Argument(help="Jobs file (YAML); or --name NAME -- CMD ...")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Submit one command job of this name (the command after --).")
+    ] = None,
+    min_gpus: Annotated[int, typer.Option(help="With --name: fewest devices.")] = 1,
+    max_gpus: Annotated[int | None, typer.Option(help="With --name: most devices (default: min).")] = None,
+    target_steps: Annotated[int | None, typer.Option(help="With --name: steps to completion, if known.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="With --name: global batch (samples).")] = None,
+    command: Annotated[list[str] | None, typer.Argument(help="With --name: the command and its arguments.")] = None,
+) -> None:
+    """Submit jobs to a running `oak serve`: every job of the file is accepted, or none (the error says why)."""
+    if name is not None:
+        argv = ([str(jobs_file)] if jobs_file is not None else []) + list(command or [])
+        if not argv:
+            fail("--name NAME needs a command after --, e.g. oak submit --run-dir D --name a -- python train.py")
+        entry: dict[str, Any] = {"name": name, "command": argv, "min_gpus": min_gpus, "max_gpus": max_gpus or min_gpus}
+        if target_steps is not None:
+            entry["target_steps"] = target_steps
+        if batch_size is not None:
+            entry["batch_size"] = batch_size
+        import yaml
+
+        text, source = yaml.safe_dump({"jobs": [entry]}, sort_keys=False), f"--name {name}"
+    else:
+        if jobs_file is None:
+            fail("give a jobs file, or --name NAME -- CMD ...")
+        assert jobs_file is not None
+        if command:
+            fail(f"unexpected arguments after the jobs file: {command!r} (a command goes with --name NAME -- CMD)")
+        try:
+            text = jobs_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            fail(f"{jobs_file}: cannot read the jobs file ({exc.strerror or exc})")
+        except UnicodeDecodeError as exc:
+            fail(f"{jobs_file}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+        source = str(jobs_file)
+    reply = _call(run_dir, "submit", text=text, source=source)
+    console.print(f"submitted {', '.join(reply['submitted'])}")
+
+
+@app.command("cancel")
+def cancel(run_dir: RunDir, name: Annotated[str, typer.Argument(help="The job to cancel.")]) -> None:
+    """Cancel a job: it is stopped with a checkpoint (SIGTERM, then SIGKILL after the grace period)."""
+    _call(run_dir, "cancel", name=name)
+    console.print(f"cancelled {name}")
+
+
+def _status(run_dir: Path) -> tuple[dict[str, Any], bool]:
+    """The service's published state, or — when none runs — the state last committed to state.sqlite."""
+    from oak.service.protocol import NoServer, call
+
+    try:
+        reply = call(run_dir, "status", timeout_s=30.0)
+        if reply.get("ok"):
+            return reply, True
+    except NoServer:
+        pass
+    return _stored_status(run_dir), False
+
+
+def _stored_status(run_dir: Path) -> dict[str, Any]:
+    from oak.runtime.store import RunStore
+    from oak.service.scheduler import job_from_dict
+
+    db = run_dir / "state.sqlite"
+    if not db.is_file():
+        fail(f"{run_dir}: not a run directory of oak serve (no state.sqlite)")
+    store = RunStore(db)
+    try:
+        jobs = [job_from_dict(d) for d in store.submissions()]
+        recs = store.jobs()
+    finally:
+        store.close()
+    rows = []
+    for j in jobs:
+        r = recs.get(j.name)
+        if r is None:
+            continue
+        state = r.state if r.launched_at_s is None or r.over else "queued"  # no service: nothing runs
+        rows.append(
+            {
+                "name": j.name,
+                "state": state,
+                "devices": [],
+                "restarts": r.restarts,
+                "failures": r.failures,
+                "step": r.step,
+                "total_steps": j.target_steps or r.total_steps or None,
+                "t_progress_s": round(r.t_progress_s, 3),
+                "t_ckpt_s": round(r.t_ckpt_s, 3),
+                "t_queue_s": round(r.t_queue_s, 3),
+                "submitted_s": round(j.submit_s, 3),
+                "finish_s": r.finish_s,
+                "lost_steps": r.lost_steps,
+                "reason": r.gave_up,
+                "kind": "command" if j.is_command else j.model,
+            }
+        )
+    return {"jobs": rows, "started": False}
+
+
+def _table(state: dict[str, Any], live: bool, run_dir: Path) -> Table:
+    head = f"{run_dir}: " + (
+        f"t = {state.get('time_s', 0):,.0f} s · {state.get('devices')} {state.get('device_kind')} device(s) · "
+        f"{state.get('policy')} · {state.get('rounds')} round(s)"
+        if live
+        else "no service running; state as last committed"
+    )
+    t = Table(title=head, title_justify="left")
+    for col, just in (
+        ("job", "left"),
+        ("state", "left"),
+        ("devices", "left"),
+        ("step", "right"),
+        ("restarts", "right"),
+        ("failures", "right"),
+        ("T_progress s", "right"),
+        ("T_ckpt s", "right"),
+        ("T_queue s", "right"),
+        ("lost steps", "right"),
+    ):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    colour = {
+        "running": "green",
+        "restoring": "yellow",
+        "queued": "cyan",
+        "done": "bold",
+        "failed": "red",
+        "cancelled": "dim",
+    }
+    for r in state["jobs"]:
+        total = f"/{r['total_steps']}" if r.get("total_steps") else ""
+        t.add_row(
+            escape(r["name"]),
+            f"[{colour.get(r['state'], 'white')}]{r['state']}[/]",
+            ",".join(str(d) for d in r["devices"]) or "-",
+            f"{r['step']}{total}",
+            str(r["restarts"]),
+            str(r["failures"]),
+            f"{r['t_progress_s']:,.1f}",
+            f"{r['t_ckpt_s']:,.1f}",
+            f"{r['t_queue_s']:,.1f}",
+            str(r["lost_steps"]),
+        )
+    return t
+
+
+@app.command("status")
+def status(
+    run_dir: RunDir,
+    json_out: Annotated[bool, typer.Option("--json", help='Print {"jobs": [...]} as JSON.')] = False,
+    watch: Annotated[bool, typer.Option(help="Redraw every --interval seconds until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option(help="--watch: seconds between redraws.")] = 2.0,
+) -> None:
+    """The jobs of a service's run directory: state, devices, steps, restarts and the measured times."""
+    if not (math.isfinite(interval) and interval > 0):
+        fail(f"--interval {interval!r}: expected a positive number of seconds")
+    if json_out:
+        state, live = _status(run_dir)
+        print(json.dumps({"jobs": state["jobs"], "live": live}, indent=1))
+        return
+    if not watch:
+        state, live = _status(run_dir)
+        console.print(_table(state, live, run_dir))
+        return
+    from rich.live import Live
+
+    with Live(console=console, auto_refresh=False) as view:
+        try:
+            while True:
+                state, live = _status(run_dir)
+                view.update(_table(state, live, run_dir), refresh=True)
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            pass
+
+
+@app.command("logs")
+def logs(
+    run_dir: RunDir,
+    name: Annotated[str, typer.Argument(help="The job.")],
+    rank: Annotated[int, typer.Option(help="The rank whose log to show.")] = 0,
+    lines: Annotated[int, typer.Option(help="Show the last N lines (0: all).")] = 50,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing what is appended.")] = False,
+) -> None:
+    """A job's rank log (every incarnation, each headed by a '=== … start' line)."""
+    from oak.runtime.jobs_file import _NAME
+
+    if not _NAME.fullmatch(name):
+        fail(f"{name!r}: not a job name")
+    path = run_dir / "jobs" / name / f"rank{rank}.log"
+    if not path.is_file():
+        have = (
+            sorted(p.name for p in (run_dir / "jobs" / name).glob("rank*.log"))
+            if (run_dir / "jobs" / name).is_dir()
+            else []
+        )
+        fail(f"{path}: no such log" + (f" (this job has {', '.join(have)})" if have else " (the job has not started)"))
+    with open(path, "rb") as fh:
+        data = fh.read()
+        text = data.decode("utf-8", errors="replace").splitlines()
+        sys.stdout.write("\n".join(text[-lines:] if lines > 0 else text) + ("\n" if text else ""))
+        sys.stdout.flush()
+        try:
+            while follow:
+                chunk = fh.read()
+                if chunk:
+                    sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+                    sys.stdout.flush()
+                else:
+                    time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass

@@ -1,0 +1,1 @@
+"""``oak serve``: the scheduler as a service (docs/jobs.md)."""

@@ -1,0 +1,230 @@
+"""How ``oak submit`` / ``status`` / ``cancel`` talk to ``oak serve``.
+
+Default transport: a Unix socket ``RUN_DIR/oak.sock`` (mode 0600: only the run directory's owner can connect);
+one JSON object per line each way: ``{"op": "status" | "submit" | "cancel" | "metrics", ...}`` →
+``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``.
+
+Optional transport (``oak serve --listen 127.0.0.1:PORT``): HTTP on that address, every request authenticated
+with the token in ``RUN_DIR/token`` (0600) as ``Authorization: Bearer TOKEN``: ``GET /metrics`` (Prometheus
+text format) and ``POST /v1/request`` (the same JSON objects as the socket). There is no unauthenticated
+network listener.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hmac
+import json
+import os
+import secrets
+import socket
+import socketserver
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from oak.errors import OakInputError
+
+SOCKET_NAME = "oak.sock"
+TOKEN_NAME = "token"
+LOCK_NAME = "serve.lock"
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+CLIENT_TIMEOUT_S = 330.0
+"""A client waits this long for a reply (the service waits up to 300 s for its scheduler thread)."""
+_SUN_PATH_MAX = 107
+
+Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+class NoServer(OakInputError):
+    """No ``oak serve`` answers on the run directory."""
+
+
+def socket_path(run_dir: Path) -> Path:
+    return Path(run_dir) / SOCKET_NAME
+
+
+def _bind_name(path: Path) -> tuple[str, int | None]:
+    """A name ``bind``/``connect`` accept for ``path``: itself, or — past the 107-byte limit of a Unix socket
+    path — the same file reached through ``/proc/self/fd`` of its opened directory (the fd, to close after)."""
+    text = str(path)
+    if len(text.encode()) <= _SUN_PATH_MAX:
+        return text, None
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    return f"/proc/self/fd/{fd}/{path.name}", fd
+
+
+def _handle(handler: Handler, text: str) -> dict[str, Any]:
+    try:
+        req = json.loads(text)
+    except ValueError as exc:
+        return {"ok": False, "error": f"not a JSON request ({exc})"}
+    if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+        return {"ok": False, "error": 'expected a JSON object with "op"'}
+    op = req.pop("op")
+    return handler(op, req)
+
+
+class _UnixHandler(socketserver.StreamRequestHandler):
+    server: _UnixServer
+
+    def handle(self) -> None:
+        line = self.rfile.readline(MAX_REQUEST_BYTES + 1)
+        if len(line) > MAX_REQUEST_BYTES:
+            reply: dict[str, Any] = {"ok": False, "error": f"request larger than {MAX_REQUEST_BYTES} bytes"}
+        else:
+            reply = _handle(self.server.handler, line.decode("utf-8", errors="replace"))
+        self.wfile.write((json.dumps(reply) + "\n").encode())
+
+
+class _UnixServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, name: str, handler: Handler) -> None:
+        self.handler = handler
+        old = os.umask(0o177)  # created 0600: nobody else can connect
+        try:
+            super().__init__(name, _UnixHandler)
+        finally:
+            os.umask(old)
+
+
+def _http_handler(handler: Handler, token: str) -> type[BaseHTTPRequestHandler]:
+    class H(BaseHTTPRequestHandler):
+        def _authorised(self) -> bool:
+            got = self.headers.get("Authorization", "")
+            ok = got.startswith("Bearer ") and hmac.compare_digest(got[7:].strip(), token)
+            if not ok:
+                self._send(401, "text/plain", b"missing or wrong token (Authorization: Bearer <RUN_DIR/token>)\n")
+            return ok
+
+        def _send(self, code: int, kind: str, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if not self._authorised():
+                return
+            if self.path.split("?")[0] != "/metrics":
+                self._send(404, "text/plain", b"GET /metrics or POST /v1/request\n")
+                return
+            reply = handler("metrics", {})
+            self._send(200, "text/plain; version=0.0.4", str(reply.get("text", "")).encode())
+
+        def do_POST(self) -> None:
+            if not self._authorised():
+                return
+            if self.path != "/v1/request":
+                self._send(404, "text/plain", b"POST /v1/request\n")
+                return
+            n = int(self.headers.get("Content-Length") or 0)
+            if n > MAX_REQUEST_BYTES:
+                self._send(413, "application/json", b'{"ok": false, "error": "request too large"}')
+                return
+            reply = _handle(handler, self.rfile.read(n).decode("utf-8", errors="replace"))
+            self._send(200 if reply.get("ok") else 400, "application/json", json.dumps(reply).encode())
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: the service logs rounds, not hits
+            return
+
+    return H
+
+
+class Listeners:
+    """The service's listeners: the Unix socket, and optionally the authenticated HTTP address."""
+
+    def __init__(self, run_dir: Path, handler: Handler, listen: tuple[str, int] | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self._lock_fd = os.open(self.run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise OakInputError(f"{self.run_dir}: another oak serve is running on this run directory") from None
+        path = socket_path(self.run_dir)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a crashed service's socket (the lock above says no service owns it)
+        name, self._dir_fd = _bind_name(path)
+        self.unix = _UnixServer(name, handler)
+        self._threads = [threading.Thread(target=self.unix.serve_forever, name="oak-unix", daemon=True)]
+        self.http: ThreadingHTTPServer | None = None
+        self.token_path: Path | None = None
+        if listen is not None:
+            self.token_path = self.run_dir / TOKEN_NAME
+            token = secrets.token_hex(24)
+            fd = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(token + "\n")
+            try:
+                self.http = ThreadingHTTPServer(listen, _http_handler(handler, token))
+            except OSError as exc:
+                self.close()
+                raise OakInputError(f"--listen {listen[0]}:{listen[1]}: cannot listen there ({exc.strerror})") from None
+            self.http.daemon_threads = True
+            self._threads.append(threading.Thread(target=self.http.serve_forever, name="oak-http", daemon=True))
+        for t in self._threads:
+            t.start()
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        if self.http is None:
+            return None
+        host, port = self.http.server_address[:2]
+        return str(host), int(port)
+
+    def close(self) -> None:
+        self.unix.shutdown()
+        self.unix.server_close()
+        with contextlib.suppress(FileNotFoundError):
+            socket_path(self.run_dir).unlink()
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+        for fd in (self._dir_fd, self._lock_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+def call(run_dir: Path, op: str, timeout_s: float = CLIENT_TIMEOUT_S, **args: Any) -> dict[str, Any]:
+    """Send one request to the ``oak serve`` of ``run_dir`` and return its reply (raises :class:`NoServer`)."""
+    path = socket_path(run_dir)
+    if not path.exists():
+        raise NoServer(
+            f"{run_dir}: no oak serve is running there (no {SOCKET_NAME}); start one with oak serve --run-dir {run_dir}"
+        )
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout_s)
+    name, fd = _bind_name(path)
+    try:
+        try:
+            s.connect(name)
+        except (ConnectionRefusedError, FileNotFoundError):
+            raise NoServer(f"{run_dir}: no oak serve is running there (its socket refuses connections)") from None
+        finally:
+            if fd is not None:
+                os.close(fd)
+        s.sendall((json.dumps({"op": op, **args}) + "\n").encode())
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            buf += chunk
+    except TimeoutError:
+        raise OakInputError(f"{run_dir}: oak serve did not answer within {timeout_s:g} s") from None
+    finally:
+        s.close()
+    try:
+        reply = json.loads(buf.decode())
+    except ValueError:
+        raise OakInputError(f"{run_dir}: oak serve sent no valid reply") from None
+    if not isinstance(reply, dict):
+        raise OakInputError(f"{run_dir}: oak serve sent no valid reply")
+    return reply

@@ -349,3 +349,108 @@ def test_the_packaged_worker_runs_as_a_command_job_under_the_contract(tmp_path: 
 
     rec = RunStore(tmp_path / "run" / "state.sqlite").jobs()["w"]
     assert rec.done and rec.steplog, "the worker's reported step times reached the learned model"
+
+
+# ---------------------------------------------------------------------------------------------- contract edge cases
+def _run(tmp_path: Path, text: str, **opts: Any) -> tuple[Any, Any]:
+    from oak.runtime.scheduler import RuntimeScheduler
+
+    options = {"devices": 2, "round_s": 2.0, "tick_s": 0.05, "time_limit_s": 120.0, **opts}
+    sched = RuntimeScheduler(
+        parse_jobs(text, "j.yaml"), make_policy("oak"), tmp_path / "run", RuntimeOptions(**options)
+    )
+    return sched, sched.run()
+
+
+def test_a_command_that_cannot_start_fails_alone_and_the_run_goes_on(tmp_path: Path) -> None:
+    sched, result = _run(tmp_path, "jobs:\n  - {name: bad, command: [/no/such/program]}\n" + count_job("ok", 10))
+    jobs = {j.name: j for j in result.jobs}
+    assert jobs["ok"].jct_s is not None and jobs["bad"].jct_s is None
+    bad = sched.records[sched.names.index("bad")]
+    assert bad.gave_up is not None and "cannot start its command" in bad.gave_up and "/no/such/program" in bad.gave_up
+
+
+def test_a_command_crashing_before_its_next_checkpoint_stops_after_the_retry_limit(tmp_path: Path) -> None:
+    """Checkpoints every 5 steps, crashes at step 8 every time: the first restart resumes at 5 (durable
+    progress), the later ones at 5 again (none), so the job fails for good after max_retries in a row."""
+    script = tmp_path / "crash.py"
+    script.write_text(
+        "import json, os, sys, oak.job\n"
+        "d = oak.job.checkpoint_dir(); c = d / 'c.json'\n"
+        "step = json.loads(c.read_text())['s'] if c.exists() else 0\n"
+        "while True:\n"
+        "    step += 1\n"
+        "    oak.job.report(step, total_steps=100)\n"
+        "    if step % 5 == 0:\n"
+        "        c.write_text(json.dumps({'s': step}))\n"
+        "    if step == 8:\n"
+        "        sys.exit(1)\n"
+    )
+    text = f"jobs:\n  - {{name: c, command: [{sys.executable}, {script}]}}\n"
+    sched, _ = _run(tmp_path, text, max_retries=2, retry_backoff_s=0.2)
+    r = sched.records[0]
+    assert r.gave_up is not None and "2 failures in a row without progress" in r.gave_up
+    assert r.failures == 3, r  # 0→8 (durable 5), 5→8, 5→8: the streak starts after the first
+
+
+def test_a_command_that_never_reports_runs_to_its_end_and_is_no_stall(tmp_path: Path) -> None:
+    text = "jobs:\n  - {name: quiet, command: [sleep, '4']}\n"
+    sched, result = _run(tmp_path, text, stall_s=1.0)
+    assert result.jobs[0].jct_s is not None and result.jobs[0].failures == 0
+    assert sched.records[0].silent or sched.records[0].t_ckpt_s > 3.0  # restoring until SILENT_AFTER_S
+
+
+def test_absurd_step_times_in_a_report_are_ignored(tmp_path: Path) -> None:
+    script = tmp_path / "liar.py"
+    script.write_text(
+        "import json, os, time\n"
+        "p = os.environ['OAK_STATUS_FILE']\n"
+        "for i, t in enumerate(['Infinity', 'NaN', '-1', '1e308']):\n"
+        '    open(p, \'w\').write(\'{"step": %d, "steps_timed": 1, "step_time_s": %s, "updated_at": %d}\' % (i + 1, t, i))\n'
+        "    time.sleep(0.3)\n"
+    )
+    sched, result = _run(tmp_path, f"jobs:\n  - {{name: liar, command: [{sys.executable}, {script}]}}\n")
+    assert result.jobs[0].jct_s is not None
+    assert not sched.records[0].steplog  # none of them reached the fitter
+
+
+def test_serve_on_a_busy_port_exits_2_at_once(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        t0 = time.monotonic()
+        out = subprocess.run(
+            [*MAIN, "serve", "--run-dir", str(tmp_path / "run"), "--cpu-slots", "1", "--listen", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert out.returncode == 2 and "cannot listen there" in out.stderr, out.stderr
+    assert time.monotonic() - t0 < 30
+    assert not (tmp_path / "run" / "oak.sock").exists()
+
+
+def test_submit_name_keeps_the_command_as_typed(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from oak.cli.main import app
+
+    seen: dict[str, Any] = {}
+
+    def fake_call(run_dir: Path, op: str, **args: Any) -> dict[str, Any]:
+        seen.update(args)
+        return {"ok": True, "submitted": ["n"]}
+
+    import oak.service.protocol as protocol
+
+    orig = protocol.call
+    protocol.call = fake_call  # type: ignore[assignment]
+    try:
+        res = CliRunner().invoke(app, ["submit", "--run-dir", str(tmp_path), "--name", "n", "--", "./train.sh", "a//b"])
+    finally:
+        protocol.call = orig  # type: ignore[assignment]
+    assert res.exit_code == 0, res.output
+    assert "./train.sh" in seen["text"] and "a//b" in seen["text"]

@@ -33,6 +33,7 @@ def main() -> int:
     step = json.loads(ckpt.read_text())["step"] if ckpt.exists() else 0
     rank, world = oak.job.rank(), oak.job.world_size()
     print(f"rank {rank}/{world}: resuming at step {step}", flush=True)
+    oak.job.should_stop()  # installs the SIGTERM handler now: a stop from here on is checkpointed
 
     def save(s: int) -> None:
         if rank == 0:

@@ -53,6 +53,7 @@ def main() -> int:
         opt.load_state_dict(state["opt"])
         step = int(state["step"])
     print(f"rank {rank}/{world}: resuming at step {step}", flush=True)
+    oak.job.should_stop()  # installs the SIGTERM handler now: a stop from here on is checkpointed
     net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     target = torch.linspace(-1, 1, 16, device=device)
 

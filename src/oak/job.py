@@ -20,13 +20,15 @@ since the previous write. The scheduler learns the job's throughput model from t
 never reports is scored by its elapsed time only. Outside OAK (no ``OAK_JOB`` in the environment) ``report``
 does nothing and ``checkpoint_dir`` is ``./oak-checkpoints``, so the same script runs by hand.
 
-``should_stop`` is True once the process received SIGTERM (the helper installs a handler at import, in the main
-thread, unless the script installed its own).
+``should_stop`` is True once the process received SIGTERM. Its first call (in the main thread) installs the
+SIGTERM handler that sets the flag, unless the script installed its own: a script that never asks keeps
+SIGTERM's default action and ends at once (a stop without a checkpoint, not a failure).
 """
 
 from __future__ import annotations
 
 import json
+import operator
 import os
 import signal
 import threading
@@ -37,7 +39,7 @@ from typing import Any
 MIN_REPORT_INTERVAL_S = 0.5
 
 _stop = threading.Event()
-_state: dict[str, Any] = {"last_write": None, "last_step": None, "last_time": None}
+_state: dict[str, Any] = {"last_write": None, "last_step": None, "last_time": None, "installed": False}
 
 
 def _on_term(signum: int, frame: Any) -> None:
@@ -45,16 +47,14 @@ def _on_term(signum: int, frame: Any) -> None:
 
 
 def _install() -> None:
-    if threading.current_thread() is not threading.main_thread():
+    if _state["installed"] or threading.current_thread() is not threading.main_thread():
         return
+    _state["installed"] = True
     try:
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
             signal.signal(signal.SIGTERM, _on_term)
     except (ValueError, OSError):  # not the main interpreter thread, or an embedded interpreter
         pass
-
-
-_install()
 
 
 def in_oak() -> bool:
@@ -80,7 +80,9 @@ def checkpoint_dir() -> Path:
 
 
 def should_stop() -> bool:
-    """True once the scheduler asked the job to stop (SIGTERM): checkpoint and exit 0."""
+    """True once the scheduler asked the job to stop (SIGTERM): checkpoint and exit 0. Call it from the main
+    thread first (that call installs the handler; SIGTERM before it ends the process)."""
+    _install()
     return _stop.is_set()
 
 
@@ -89,40 +91,52 @@ def request_stop() -> None:
     _stop.set()
 
 
+def _count(name: str, value: Any, minimum: int, optional: bool) -> int | None:
+    if value is None and optional:
+        return None
+    try:
+        n = operator.index(value)  # int, numpy integers; not bool, float or str
+    except TypeError:
+        n = None
+    if n is None or isinstance(value, bool) or n < minimum:
+        what = f"an integer >= {minimum}" + (" or None" if optional else "")
+        raise ValueError(f"oak.job.report: {name} must be {what}, got {value!r}")
+    return n
+
+
 def report(step: int, total_steps: int | None = None, batch_size: int | None = None) -> None:
     """Tell the scheduler the job is at optimiser step ``step`` (of ``total_steps``, global batch
-    ``batch_size`` samples). Call it after every step, on rank 0 at least (other ranks' calls do nothing)."""
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"oak.job.report: step must be an integer >= 0, got {step!r}")
-    if total_steps is not None and (
-        isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1
-    ):
-        raise ValueError(f"oak.job.report: total_steps must be a positive integer or None, got {total_steps!r}")
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"oak.job.report: batch_size must be a positive integer or None, got {batch_size!r}")
+    ``batch_size`` samples). Call it after every step, on rank 0 at least (other ranks' calls do nothing).
+    Never raises for the status file itself: a write that fails (disk full, a vanished folder) is skipped."""
+    s = _count("step", step, 0, False)
+    total = _count("total_steps", total_steps, 1, True)
+    batch = _count("batch_size", batch_size, 1, True)
     path = os.environ.get("OAK_STATUS_FILE")
     if not path or rank() != 0:
         return
     now = time.monotonic()
     last_write = _state["last_write"]
-    final = total_steps is not None and step >= total_steps
+    final = total is not None and s is not None and s >= total
     if last_write is not None and now - last_write < MIN_REPORT_INTERVAL_S and not final:
         return
     status: dict[str, Any] = {
         "incarnation": os.environ.get("OAK_INCARNATION", ""),
         "pid": os.getpid(),
-        "step": step,
-        "total_steps": total_steps,
-        "batch_size": batch_size,
+        "step": s,
+        "total_steps": total,
+        "batch_size": batch,
         "world_size": world_size(),
         "updated_at": time.time(),
     }
     last_step, last_time = _state["last_step"], _state["last_time"]
-    if last_step is not None and step > last_step:  # timed from the first report: restore time is not a step
-        status["steps_timed"] = step - last_step
-        status["step_time_s"] = (now - last_time) / (step - last_step)
+    if last_step is not None and s is not None and s > last_step:  # timed from the first report, not the restore
+        status["steps_timed"] = s - last_step
+        status["step_time_s"] = (now - last_time) / (s - last_step)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(status, fh)
-    os.replace(tmp, path)
-    _state["last_write"], _state["last_step"], _state["last_time"] = now, step, now
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(status, fh)
+        os.replace(tmp, path)
+    except OSError:
+        return
+    _state["last_write"], _state["last_step"], _state["last_time"] = now, s, now

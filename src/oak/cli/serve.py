@@ -75,6 +75,8 @@ def serve(
     if max_retries < 1:
         fail(f"--max-retries {max_retries}: expected a positive integer")
     addr = _listen_address(listen) if listen is not None else None
+    if run_dir.exists() and not run_dir.is_dir():
+        fail(f"--run-dir {run_dir}: exists and is not a directory")
     pol = make_policy(policy, seed=seed)
     catalog = Catalog.load()
     executor, devices, kind = make_executor(backend, gpus, cpu_slots, address, Path(run_dir))
@@ -160,7 +162,7 @@ def _call(run_dir: Path, op: str, **args: Any) -> dict[str, Any]:
 @app.command("submit")
 def submit(
     run_dir: RunDir,
-    jobs_file: Annotated[Path | None, typer.Argument(help="Jobs file (YAML); or --name NAME -- CMD ...")] = None,
+    jobs_file: Annotated[str | None, typer.Argument(help="Jobs file (YAML); or --name NAME -- CMD ...")] = None,
     name: Annotated[
         str | None, typer.Option(help="Submit one command job of this name (the command after --).")
     ] = None,
@@ -172,7 +174,7 @@ def submit(
 ) -> None:
     """Submit jobs to a running `oak serve`: every job of the file is accepted, or none (the error says why)."""
     if name is not None:
-        argv = ([str(jobs_file)] if jobs_file is not None else []) + list(command or [])
+        argv = ([jobs_file] if jobs_file is not None else []) + list(command or [])  # as typed: no path rewriting
         if not argv:
             fail("--name NAME needs a command after --, e.g. oak submit --run-dir D --name a -- python train.py")
         entry: dict[str, Any] = {"name": name, "command": argv, "min_gpus": min_gpus, "max_gpus": max_gpus or min_gpus}
@@ -190,7 +192,7 @@ def submit(
         if command:
             fail(f"unexpected arguments after the jobs file: {command!r} (a command goes with --name NAME -- CMD)")
         try:
-            text = jobs_file.read_text(encoding="utf-8")
+            text = Path(jobs_file).read_text(encoding="utf-8")
         except OSError as exc:
             fail(f"{jobs_file}: cannot read the jobs file ({exc.strerror or exc})")
         except UnicodeDecodeError as exc:
@@ -227,12 +229,17 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
     db = run_dir / "state.sqlite"
     if not db.is_file():
         fail(f"{run_dir}: not a run directory of oak serve (no state.sqlite)")
-    store = RunStore(db)
+    import sqlite3
+
     try:
-        jobs = [job_from_dict(d) for d in store.submissions()]
-        recs = store.jobs()
-    finally:
-        store.close()
+        store = RunStore(db)
+        try:
+            jobs = [job_from_dict(d) for d in store.submissions()]
+            recs = store.jobs()
+        finally:
+            store.close()
+    except (sqlite3.Error, ValueError, TypeError) as exc:
+        fail(f"{db}: unreadable ({type(exc).__name__}: {exc})")
     rows = []
     for j in jobs:
         r = recs.get(j.name)

@@ -114,6 +114,12 @@ def runtime_cluster(opts: RuntimeOptions) -> Cluster:
 
 
 MAX_BACKOFF_S = 600.0
+MAX_STEP_S = 86_400.0
+MAX_TIMED_STEPS = 10**9
+"""Bounds of a command job's reported step time (s) and timed steps; reports outside them are ignored."""
+SILENT_AFTER_S = 30.0
+"""A command job whose first incarnation has not reported after this long does not use ``oak.job.report``:
+it is scheduled on its elapsed time only (running from launch, never a stall)."""
 EXIT_INPUT = 2  # the worker's exit status for bad input (oak.runtime.worker.EXIT_INPUT; no torch import here)
 
 
@@ -127,6 +133,8 @@ class _Live:
     """Job → (its last status's ``updated_at``, when this scheduler first saw it; at launch: when launched)."""
     timed: dict[str, float] = field(default_factory=dict)
     """Command job → ``updated_at`` of the last report whose step time was recorded."""
+    first_report: dict[str, bool] = field(default_factory=dict)
+    """Command job → its current incarnation has not reported yet."""
 
 
 class RuntimeScheduler:
@@ -311,8 +319,8 @@ class RuntimeScheduler:
                 )
             saved = self.store.jobs()
             records = [saved.get(n, JobRecord(n)) for n in self.names]
+            self._reap_orphans(records)
             for r in records:
-                self._reap_orphans(r)
                 if self.opts.retry_failed and r.gave_up is not None:
                     r.gave_up, r.fail_streak, r.retry_at_s = None, 0, 0.0
             self.store.save(records, {"resumed": int(meta.get("resumed", 0)) + 1})
@@ -322,13 +330,12 @@ class RuntimeScheduler:
         self.store.save(records, {"fingerprint": fp, "start_wall": start, "policy": self.policy.name})
         return records, start
 
-    def _reap_orphans(self, r: JobRecord) -> None:
-        """After a scheduler crash: stop the job's recorded rank processes if they still run — SIGTERM first, so
-        that they checkpoint and exit as at any stop, SIGKILL after the stop timeout — and mark it unplaced. A
-        pid is only signalled if it is this job's: a packaged worker of its directory (``/proc/PID/cmdline``)
-        or a command with its ``OAK_JOB_DIR`` (``/proc/PID/environ``)."""
-        job_dir = str(self.run_dir / "jobs" / r.name)
-        ours = [pid for pid in r.pids if _is_rank_of(pid, job_dir)]
+    def _reap_orphans(self, records: list[JobRecord]) -> None:
+        """After a scheduler crash: stop the recorded rank processes that still run — SIGTERM to all at once, so
+        that they checkpoint and exit as at any stop, SIGKILL to what is left after one stop timeout — and mark
+        their jobs unplaced. A pid is only signalled if it is its job's: a packaged worker of its directory
+        (``/proc/PID/cmdline``) or a command with its ``OAK_JOB_DIR`` (``/proc/PID/environ``)."""
+        ours = [pid for r in records for pid in r.pids if _is_rank_of(pid, str(self.run_dir / "jobs" / r.name))]
         for sig, wait_s in ((signal.SIGTERM, self.opts.stop_timeout_s), (signal.SIGKILL, 10.0)):
             live = [pid for pid in ours if not _gone(pid)]
             for pid in live:
@@ -339,12 +346,13 @@ class RuntimeScheduler:
             deadline = time.monotonic() + wait_s
             for pid in live:
                 _wait_gone(pid, max(0.0, deadline - time.monotonic()))
-        if r.pids:
-            done = (self.run_dir / "jobs" / r.name / "done").is_file()
-            if done and not r.done:
-                r.done = True
-                r.finish_s = r.finish_s if r.finish_s is not None else r.launched_at_s
-            r.unplace()
+        for r in records:
+            if r.pids:
+                done = (self.run_dir / "jobs" / r.name / "done").is_file()
+                if done and not r.done:
+                    r.done = True
+                    r.finish_s = r.finish_s if r.finish_s is not None else r.launched_at_s
+                r.unplace()
 
     # ------------------------------------------------------------------ measure
     def _observe(self, records: list[JobRecord], now: float, dt: float) -> bool:
@@ -365,6 +373,12 @@ class RuntimeScheduler:
             ours = status is not None and (job.is_command or (bool(pids) and status.get("pid") == pids[0]))
             if status is not None and ours and job.is_command:
                 self._observe_command(job, r, status)
+            elif job.is_command and not r.reported and not r.ready:
+                # a command that has never reported: restoring until SILENT_AFTER_S of its first incarnation
+                # without a report, after which it is a silent job, running from its launch on
+                waited = now - (r.launched_at_s if r.launched_at_s is not None else now)
+                if r.silent or waited >= SILENT_AFTER_S:
+                    r.silent = r.ready = True
             elif status is not None and ours:
                 step = int(status.get("step", r.step))
                 r.corrupt_skipped = max(r.corrupt_skipped, int(status.get("corrupt_skipped", 0) or 0))
@@ -385,7 +399,9 @@ class RuntimeScheduler:
                 r.t_queue_s += dt
                 r.gpu_s_lost += g * dt
             state = self.executor.state(job.name)
-            if state == "running":
+            if state == "running" and (job.is_command and not r.reported):
+                pass  # no status to go stale: a command that does not report is never a stall
+            elif state == "running":
                 last, since = self._live.heard.get(job.name, (None, time.time()))
                 silent = time.time() - since
                 if silent > self.opts.stall_s:
@@ -414,8 +430,9 @@ class RuntimeScheduler:
 
     def _observe_command(self, job: RuntimeJob, r: JobRecord, status: dict[str, Any]) -> None:
         """A command job's report (``oak.job.report``): its step (the first report of an incarnation is the
-        step after the one it resumed from: steps beyond its last checkpoint count as lost), its total and
-        batch, and its measured step time at this allocation (for the learned goodput model)."""
+        step after the one it resumed from: steps it had reported beyond that are counted as lost, and a resume
+        point beyond the previous one is durable progress, which ends a run of failures without progress), its
+        total and batch, and its measured step time at this allocation (for the learned goodput model)."""
         try:
             step = int(status.get("step", 0))
             total = int(status.get("total_steps") or 0)
@@ -423,27 +440,56 @@ class RuntimeScheduler:
             steps_timed = int(status.get("steps_timed") or 0)
             step_time = float(status.get("step_time_s") or 0.0)
             updated = float(status.get("updated_at") or 0.0)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
+            return
+        if step < 0:
             return
         if total > 0:
             r.total_steps = total
         if batch > 0:
             r.batch_size = batch
-        if not r.ready:
-            r.ready = True
-            r.lost_steps += max(0, r.step - (step - 1))
-            r.launch_step = max(0, step - 1)
+        r.reported = True
+        if self._live.first_report.pop(job.name, False):
+            resume = max(0, step - 1)
+            r.lost_steps += max(0, r.step - resume)
+            if resume > r.resume_step:
+                r.fail_streak = 0
+            r.resume_step = resume
+            r.launch_step = resume
             r.step = step
+            r.ready = True
         else:
+            r.ready = True
             r.step = max(r.step, step)
         seen = self._live.timed.get(job.name)
-        if steps_timed > 0 and step_time > 0 and updated != seen:
+        ok = 0 < steps_timed <= MAX_TIMED_STEPS and math.isfinite(step_time) and 0 < step_time <= MAX_STEP_S
+        if ok and updated != seen:
             self._live.timed[job.name] = updated
             world = max(1, len(r.devices))
             bsz = (r.batch_size or job.batch_size) / world
-            self.learned.record(
-                r, nodes=1, replicas=world, local_bsz=bsz, elapsed_s=step_time * steps_timed, steps=steps_timed
-            )
+            with contextlib.suppress(ValueError):  # a sample the fitter refuses is dropped, never fatal
+                self.learned.record(
+                    r, nodes=1, replicas=world, local_bsz=bsz, elapsed_s=step_time * steps_timed, steps=steps_timed
+                )
+
+    def _launch_failed(self, job: RuntimeJob, r: JobRecord, now: float, exc: BaseException) -> None:
+        """A launch the backend refused: the job's own fault (its command cannot start: OakInputError) fails
+        it for good; the backend's (sbatch failed, SLURM did not start it in time, ...) counts as a failure
+        without progress, with the usual back-off and retry limit. The run goes on either way."""
+        with contextlib.suppress(Exception):
+            self.executor.kill(job.name)
+        r.unplace()
+        r.failures += 1
+        why = f"launch failed: {exc}"
+        if isinstance(exc, OakInputError):
+            r.gave_up = why
+        else:
+            r.fail_streak += 1
+            if r.fail_streak >= self.opts.max_retries:
+                r.gave_up = f"{r.fail_streak} failures in a row without progress; last: {why}"
+            else:
+                r.retry_at_s = now + min(self.opts.retry_backoff_s * 2 ** (r.fail_streak - 1), MAX_BACKOFF_S)
+        self.failure_notes[job.name] = r.gave_up or why
 
     def _target(self, job: RuntimeJob, r: JobRecord) -> int:
         """Steps to completion: the jobs file's, else what the job reported (0: unknown)."""
@@ -478,7 +524,8 @@ class RuntimeScheduler:
         r.unplace()
         self._live.heard.pop(job.name, None)
         self._read_step(job, r)
-        progressed = was_placed and r.step > r.launch_step
+        # a command job's durable progress shows only where its next incarnation resumes (_observe_command)
+        progressed = was_placed and r.step > r.launch_step and not job.is_command
         if progressed:
             r.fail_streak = 0
         return progressed
@@ -556,16 +603,21 @@ class RuntimeScheduler:
                 continue
             job = self.jobs[i]
             self._read_step(job, r)
-            if r.started:
-                r.restarts += 1
-            r.started = True
-            r.incarnations += 1
             devs = tuple(int(g) for g in it.gpus)
             if job.is_command:  # its first report after this launch is the new incarnation's
                 with contextlib.suppress(FileNotFoundError):
                     (self.job_dir(job) / "status.json").unlink()
-            self.executor.launch(Launch(job, self.job_dir(job), devs, self.opts.seed))
+            try:
+                self.executor.launch(Launch(job, self.job_dir(job), devs, self.opts.seed))
+            except (OakInputError, RuntimeError, OSError) as exc:
+                self._launch_failed(job, r, now, exc)
+                continue
+            if r.started:
+                r.restarts += 1
+            r.started = True
+            r.incarnations += 1
             self._live.heard[job.name] = (None, time.time())  # the stall clock starts once it is launched
+            self._live.first_report[job.name] = True
             r.shape, r.config = it.shape, it.config
             r.devices = list(devs)
             r.pids = self.executor.pids(job.name)

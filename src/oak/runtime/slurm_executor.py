@@ -107,6 +107,13 @@ def run_tag(run_dir: str | Path) -> str:
     return hashlib.sha256(str(Path(run_dir).resolve()).encode()).hexdigest()[:12]
 
 
+EXIT_FILE_GRACE_S = 5.0
+"""How long an ended SLURM job's missing rank exit files are waited for before it counts as failed (NFS
+attribute caches can hide a file written on another node; raise it for such filesystems)."""
+OUTAGE_S = 300.0
+"""How long squeue may fail (slurmctld restarting, a socket timeout) before the executor gives up: until then
+the last listing stands."""
+
 LOCAL_CLUSTER_CONF = Path(os.environ.get("OAK_SLURM_DIR", "/tmp/oak-local-slurm")) / "slurm.conf"
 """The configuration ``scripts/local-slurm start`` writes: SLURM's clients use it when SLURM_CONF is unset and
 the machine has no /etc/slurm/slurm.conf of its own, so that the local cluster works without an export."""
@@ -116,6 +123,13 @@ def client_env() -> dict[str, str] | None:
     """The environment of SLURM's client commands: this process's, plus SLURM_CONF of the local cluster when
     nothing else configures SLURM (None: unchanged)."""
     if "SLURM_CONF" in os.environ or Path("/etc/slurm/slurm.conf").exists() or not LOCAL_CLUSTER_CONF.is_file():
+        return None
+    try:  # only a cluster this user started: a file someone else planted in /tmp must not capture our jobs
+        folder, conf = LOCAL_CLUSTER_CONF.parent.stat(), LOCAL_CLUSTER_CONF.stat()
+    except OSError:
+        return None
+    uid = os.getuid()
+    if folder.st_uid != uid or conf.st_uid != uid or folder.st_mode & 0o022 or conf.st_mode & 0o022:
         return None
     return {**os.environ, "SLURM_CONF": str(LOCAL_CLUSTER_CONF)}
 
@@ -213,6 +227,9 @@ class _Job:
     stop_requested: bool = False
     final: JobState | None = None
     noted: bool = False
+    ended_seen_at: float | None = None
+    """When SLURM was first seen to have ended the job while some rank's exit file was missing (a shared
+    filesystem may show a file written on the compute node only later: ``EXIT_FILE_GRACE_S``)."""
 
 
 class SlurmExecutor:
@@ -260,6 +277,9 @@ class SlurmExecutor:
         self.poll_s = float(poll_s)
         self.python = python
         self.sbatch_args = tuple(str(a) for a in sbatch_args)
+        self.workdir = Path.cwd()
+        """Where a job's ranks start (``--chdir``): the scheduler's working directory, as on the local and Ray
+        backends, so that a command's relative paths mean the same on every backend."""
         self._jobs: dict[str, _Job] = {}
         self._stuck: dict[str, list[int]] = {}
         self._listing: dict[str, tuple[str, str, str]] = {}
@@ -339,7 +359,12 @@ class SlurmExecutor:
         one ``squeue`` per ``poll_s`` unless ``fresh``."""
         if not fresh and time.monotonic() - self._listed_at < self.poll_s:
             return self._listing
-        out = self._cmd("squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%k").stdout
+        try:
+            out = self._cmd("squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%k").stdout
+        except RuntimeError:
+            if time.monotonic() - self._listed_at > OUTAGE_S:
+                raise
+            return self._listing  # a transient failure: the last listing stands (bounded by OUTAGE_S)
         listing: dict[str, tuple[str, str, str]] = {}
         for row in out.splitlines():
             fields = row.strip().split("|", 3)
@@ -429,7 +454,7 @@ class SlurmExecutor:
             f"--ntasks={n}",
             *resources,
             f"--output={inc_dir}/slurm-%j.out",
-            f"--chdir={job_dir}",
+            f"--chdir={self.workdir}",
             *self.sbatch_args,
             str(script),
         ]
@@ -508,16 +533,24 @@ class SlurmExecutor:
         if state is not None and state not in ACTIVE_STATES and state != "COMPLETED":
             return "failed"  # NODE_FAIL, CANCELLED, TIMEOUT, ...: SLURM ended it (its ranks may have exited 0)
         if all(c == 0 for c in codes):
-            if not rec.stop_requested and not (rec.job_dir / DONE_FILE).is_file():
-                # exited 0 without being asked to stop and without finishing: a SIGTERM from SLURM (its node
-                # went down, a time limit, an operator's scancel) unless SLURM says otherwise now
+            if not rec.stop_requested:
+                # every rank exited 0 unasked: finished — or stopped by a SIGTERM of SLURM's (a time limit, an
+                # operator's scancel, its node going down). SLURM's final state tells: until it has one
+                # (COMPLETING lasts a moment after the ranks exit), the job is still ending
                 state = self._slurm_state(rec, fresh=True)
-                if state is not None and state not in ACTIVE_STATES and state != "COMPLETED":
+                if state in ACTIVE_STATES:
+                    return "running"
+                if state is not None and state != "COMPLETED":
                     return "failed"
             return "done" if self._finished(rec, codes) else "stopped"
         if state is None or state not in ACTIVE_STATES:
             if all(c == 0 for c in self._codes(rec)):  # the last exit file landed just before the job ended
                 return self._outcome(rec, fresh=fresh)
+            now = time.monotonic()
+            if rec.ended_seen_at is None:
+                rec.ended_seen_at = now
+            if now - rec.ended_seen_at < EXIT_FILE_GRACE_S:
+                return "running"  # its exit files may not be visible here yet (a shared filesystem's cache)
             return "failed"  # ended (COMPLETED or forgotten) without every rank's exit status
         return "running"
 
@@ -713,7 +746,10 @@ class SlurmExecutor:
         returns one line per job cancelled. The new scheduler cannot adopt them (it resumes every job from its
         newest checkpoint), so they would only hold devices. The first launch of a run does this anyway; call it
         before the scheduler starts to report what it cancelled."""
-        tag = run_tag(run_dir)
+        return self.adopt_or_cancel_orphans_of_tag(run_tag(run_dir), grace_s)
+
+    def adopt_or_cancel_orphans_of_tag(self, tag: str, grace_s: float = 30.0) -> list[str]:
+        """:meth:`adopt_or_cancel_orphans` for the run tagged ``tag``."""
         if self._tag is None:
             self._tag = tag
         owned = {rec.job_id for rec in self._jobs.values()}
@@ -738,6 +774,8 @@ class SlurmExecutor:
             self.kill(name)
         if self._tag is None:
             return issues
+        if self._tag not in self._swept:  # an earlier scheduler's jobs: stopped with a checkpoint, not killed
+            issues += self.adopt_or_cancel_orphans_of_tag(self._tag)
         run = self._run_jobs(self._tag)
         owned = {rec.job_id: rec for rec in self._jobs.values()}
         strays = {i: row for i, row in run.items() if i not in owned}

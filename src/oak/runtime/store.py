@@ -68,6 +68,9 @@ class JobRecord:
     total_steps: int = 0
     batch_size: int = 0
     steplog: dict[str, Any] = field(default_factory=dict)
+    reported: bool = False
+    silent: bool = False
+    resume_step: int = 0
 
     @property
     def over(self) -> bool:

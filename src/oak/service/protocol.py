@@ -92,11 +92,19 @@ class _UnixServer(socketserver.ThreadingUnixStreamServer):
             os.umask(old)
 
 
+HTTP_TIMEOUT_S = 10.0
+"""A connection of the HTTP listener that sends nothing for this long is closed (no slow-client pile-up)."""
+
+
 def _http_handler(handler: Handler, token: str) -> type[BaseHTTPRequestHandler]:
+    expected = token.encode()
+
     class H(BaseHTTPRequestHandler):
+        timeout = HTTP_TIMEOUT_S
+
         def _authorised(self) -> bool:
-            got = self.headers.get("Authorization", "")
-            ok = got.startswith("Bearer ") and hmac.compare_digest(got[7:].strip(), token)
+            got = self.headers.get("Authorization", "").encode("utf-8", errors="replace")
+            ok = got.startswith(b"Bearer ") and hmac.compare_digest(got[7:].strip(), expected)
             if not ok:
                 self._send(401, "text/plain", b"missing or wrong token (Authorization: Bearer <RUN_DIR/token>)\n")
             return ok
@@ -123,7 +131,13 @@ def _http_handler(handler: Handler, token: str) -> type[BaseHTTPRequestHandler]:
             if self.path != "/v1/request":
                 self._send(404, "text/plain", b"POST /v1/request\n")
                 return
-            n = int(self.headers.get("Content-Length") or 0)
+            try:
+                n = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                n = -1
+            if n < 0:
+                self._send(400, "application/json", b'{"ok": false, "error": "bad Content-Length"}')
+                return
             if n > MAX_REQUEST_BYTES:
                 self._send(413, "application/json", b'{"ok": false, "error": "request too large"}')
                 return
@@ -141,35 +155,42 @@ class Listeners:
 
     def __init__(self, run_dir: Path, handler: Handler, listen: tuple[str, int] | None = None) -> None:
         self.run_dir = Path(run_dir)
+        self._dir_fd: int | None = None
+        self._started = False
+        self.http: ThreadingHTTPServer | None = None
+        self.token_path: Path | None = None
         self._lock_fd = os.open(self.run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(self._lock_fd)
             raise OakInputError(f"{self.run_dir}: another oak serve is running on this run directory") from None
-        path = socket_path(self.run_dir)
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # a crashed service's socket (the lock above says no service owns it)
-        name, self._dir_fd = _bind_name(path)
-        self.unix = _UnixServer(name, handler)
+        try:
+            if listen is not None:  # first: a busy port fails before anything else exists
+                token = secrets.token_hex(24)
+                try:
+                    self.http = ThreadingHTTPServer(listen, _http_handler(handler, token))
+                except OSError as exc:
+                    raise OakInputError(
+                        f"--listen {listen[0]}:{listen[1]}: cannot listen there ({exc.strerror or exc})"
+                    ) from None
+                self.http.daemon_threads = True
+                self.token_path = self.run_dir / TOKEN_NAME
+                _write_private(self.token_path, token + "\n")
+            path = socket_path(self.run_dir)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # a crashed service's socket (the lock above says no service owns it)
+            name, self._dir_fd = _bind_name(path)
+            self.unix = _UnixServer(name, handler)
+        except BaseException:
+            self._close_files()
+            raise
         self._threads = [threading.Thread(target=self.unix.serve_forever, name="oak-unix", daemon=True)]
-        self.http: ThreadingHTTPServer | None = None
-        self.token_path: Path | None = None
-        if listen is not None:
-            self.token_path = self.run_dir / TOKEN_NAME
-            token = secrets.token_hex(24)
-            fd = os.open(self.token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(token + "\n")
-            try:
-                self.http = ThreadingHTTPServer(listen, _http_handler(handler, token))
-            except OSError as exc:
-                self.close()
-                raise OakInputError(f"--listen {listen[0]}:{listen[1]}: cannot listen there ({exc.strerror})") from None
-            self.http.daemon_threads = True
+        if self.http is not None:
             self._threads.append(threading.Thread(target=self.http.serve_forever, name="oak-http", daemon=True))
         for t in self._threads:
             t.start()
+        self._started = True
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -179,17 +200,37 @@ class Listeners:
         return str(host), int(port)
 
     def close(self) -> None:
-        self.unix.shutdown()
+        if self._started:
+            self.unix.shutdown()
+            if self.http is not None:
+                self.http.shutdown()
+            self._started = False
         self.unix.server_close()
         with contextlib.suppress(FileNotFoundError):
             socket_path(self.run_dir).unlink()
+        self._close_files()
+
+    def _close_files(self) -> None:
         if self.http is not None:
-            self.http.shutdown()
             self.http.server_close()
         for fd in (self._dir_fd, self._lock_fd):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+        self._dir_fd = None
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as a new 0600 file (a temporary created exclusively, then renamed over it:
+    an existing file's mode or a symlink there is never followed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def call(run_dir: Path, op: str, timeout_s: float = CLIENT_TIMEOUT_S, **args: Any) -> dict[str, Any]:
@@ -207,6 +248,8 @@ def call(run_dir: Path, op: str, timeout_s: float = CLIENT_TIMEOUT_S, **args: An
             s.connect(name)
         except (ConnectionRefusedError, FileNotFoundError):
             raise NoServer(f"{run_dir}: no oak serve is running there (its socket refuses connections)") from None
+        except PermissionError:
+            raise OakInputError(f"{path}: permission denied (the service's socket is its owner's only)") from None
         finally:
             if fd is not None:
                 os.close(fd)
@@ -219,6 +262,8 @@ def call(run_dir: Path, op: str, timeout_s: float = CLIENT_TIMEOUT_S, **args: An
             buf += chunk
     except TimeoutError:
         raise OakInputError(f"{run_dir}: oak serve did not answer within {timeout_s:g} s") from None
+    except OSError as exc:  # reset, broken pipe: the service died while answering
+        raise OakInputError(f"{run_dir}: lost the connection to oak serve ({exc.strerror or exc})") from None
     finally:
         s.close()
     try:

@@ -58,10 +58,27 @@ def job_from_dict(d: dict[str, Any]) -> RuntimeJob:
 
 @dataclass
 class _Request:
+    """A write waiting for the scheduler's thread. ``claim`` and ``abandon`` decide, under one lock, whether
+    the scheduler applies it or the waiting client gives up on it: never both."""
+
     op: str
     args: dict[str, Any]
     done: threading.Event = field(default_factory=threading.Event)
     reply: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _state: str = "waiting"
+
+    def claim(self) -> bool:
+        with self._lock:
+            if self._state == "waiting":
+                self._state = "claimed"
+            return self._state == "claimed"
+
+    def abandon(self) -> bool:
+        with self._lock:
+            if self._state == "waiting":
+                self._state = "abandoned"
+            return self._state == "abandoned"
 
 
 class ServiceScheduler(RuntimeScheduler):
@@ -114,8 +131,7 @@ class ServiceScheduler(RuntimeScheduler):
             jobs = [job_from_dict(d) for d in self.store.submissions()]
             saved = self.store.jobs()
             records = [saved.get(j.name, JobRecord(j.name)) for j in jobs]
-            for r in records:
-                self._reap_orphans(r)
+            self._reap_orphans(records)
             self.store.save(records, {"resumed": int(meta.get("resumed", 0)) + 1})
             if jobs:
                 self._build(jobs, records)
@@ -151,8 +167,13 @@ class ServiceScheduler(RuntimeScheduler):
             return {"ok": True}
         req = _Request(op, args)
         self._inbox.put(req)
-        if not req.done.wait(REQUEST_TIMEOUT_S):
-            return {"ok": False, "error": f"the scheduler did not take the request within {REQUEST_TIMEOUT_S:g} s"}
+        if not req.done.wait(REQUEST_TIMEOUT_S) and req.abandon():
+            return {
+                "ok": False,
+                "error": f"the scheduler did not take the request within {REQUEST_TIMEOUT_S:g} s (it is busy "
+                "stopping or starting jobs); nothing was changed: try again",
+            }
+        req.done.wait()  # claimed: the scheduler is applying it
         return req.reply
 
     # ------------------------------------------------------------------ the scheduler's thread
@@ -163,6 +184,8 @@ class ServiceScheduler(RuntimeScheduler):
                 req = self._inbox.get_nowait()
             except queue.Empty:
                 break
+            if not req.claim():
+                continue  # its client gave up waiting and was told nothing changed
             try:
                 if req.op == "submit":
                     req.reply = self._submit(req.args, now)
@@ -174,9 +197,9 @@ class ServiceScheduler(RuntimeScheduler):
             except Exception as exc:  # a bug must not kill the service; the client sees it
                 req.reply = {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}
             finally:
+                if changed:
+                    self._published(now, force=True)  # a status right after the reply shows the change
                 req.done.set()
-        if changed:
-            self._published(now, force=True)
         return changed
 
     def _submit(self, args: dict[str, Any], now: float) -> dict[str, Any]:
@@ -199,12 +222,14 @@ class ServiceScheduler(RuntimeScheduler):
         new = [dataclasses.replace(j, submit_s=now + j.submit_s) for j in parsed.jobs]
         new_records = [JobRecord(j.name) for j in new]
         old_jobs, old_records = list(self.jobs), list(self.records)
-        try:  # the whole job set must build (feasible configurations for every job) before anything is kept
+        try:  # the whole job set must build (feasible configurations for every job) and commit, or nothing is kept
             self._build(old_jobs + new, old_records + new_records)
-        except OakInputError as exc:
+            self.store.submit([job_to_dict(j) for j in new], new_records)
+        except Exception as exc:
             self._build(old_jobs, old_records)
-            raise OakInputError(f"{source}: refused, nothing submitted: {exc}") from None
-        self.store.submit([job_to_dict(j) for j in new], new_records)
+            if isinstance(exc, OakInputError):
+                raise OakInputError(f"{source}: refused, nothing submitted: {exc}") from None
+            raise OakInputError(f"{source}: not submitted ({type(exc).__name__}: {exc})") from None
         self.records = old_records + new_records
         self._note({"event": "submit", "jobs": [j.name for j in new], "t": round(now, 3)})
         return {"ok": True, "submitted": [j.name for j in new]}

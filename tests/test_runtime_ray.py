@@ -204,3 +204,30 @@ def test_command_jobs_run_on_ray_under_the_job_contract(tmp_path: Path) -> None:
         steps = [int(x) for x in (tmp_path / "run" / "jobs" / name / "checkpoints" / "steps.log").read_text().split()]
         assert steps == list(range(1, total + 1)), name
     assert "rank 1/2: resuming" in (tmp_path / "run" / "jobs" / "pair" / "rank1.log").read_text()
+
+
+def test_the_service_serves_on_ray(tmp_path: Path) -> None:
+    """``oak serve --backend ray``'s scheduler: a job submitted while it runs finishes on Ray actors."""
+    import sys
+    import threading
+
+    from oak.service.scheduler import ServiceScheduler
+
+    count = str(Path(__file__).resolve().parent.parent / "examples" / "jobs" / "count.py")
+    opts = RuntimeOptions(devices=2, round_s=2.0, tick_s=0.1, stop_timeout_s=20.0)
+    sched = ServiceScheduler(
+        make_policy("oak"), tmp_path / "run", opts, executor=RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
+    )
+    thread = threading.Thread(target=sched.run, daemon=True)
+    thread.start()
+    try:
+        text = f'jobs:\n  - {{name: r, command: [{sys.executable}, {count}, --steps, "20", --step-s, "0.05"]}}\n'
+        assert sched.request("submit", {"text": text, "source": "r.yaml"}) == {"ok": True, "submitted": ["r"]}
+        deadline = time.monotonic() + 120
+        while sched.request("status", {})["jobs"][0]["state"] != "done":
+            assert time.monotonic() < deadline, sched.request("status", {})
+            time.sleep(0.3)
+    finally:
+        sched.interrupted = True
+        thread.join(60)
+    assert _live_groups() == []

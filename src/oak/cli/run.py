@@ -92,33 +92,15 @@ def run_jobs(
     pol = make_policy(policy, seed=seed)  # an unknown policy fails here (OakInputError: exit 2)
     catalog = Catalog.load()
     jobs = load_jobs_file(jobs_file, tuple(catalog.apps))
-    executor: Any = None  # RayExecutor, SlurmExecutor, or the scheduler's LocalExecutor
     if cpu_slots is not None:
-        devices, kind = cpu_slots, "cpu"
         err_console.print(f"no GPUs used: {cpu_slots} CPU worker slots stand in for devices (--cpu-slots)")
-    elif backend in ("ray", "slurm"):
-        kind = "gpu"
-        devices = 0 if gpus == "auto" else _gpu_spec(gpus or "auto")  # checked against the cluster's GPUs
-    else:
-        devices, kind = _gpu_count(gpus or "auto"), "gpu"
-    ptype = profile_type or ("aws" if kind == "cpu" else "dgx-ext")
-    if not any(ptype in a.gpus for a in catalog.apps.values()):
-        fail(f"--profile-type {ptype!r}: no application has a profile for it")
-    if backend == "ray":
-        from oak.runtime.ray_executor import RayExecutor
-
-        executor = RayExecutor(address=address, device_kind=kind, devices=devices or None)
-        devices = executor.devices
     directory = (
         run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
     )
-    if backend == "slurm":
-        from oak.runtime.slurm_executor import SlurmExecutor
-
-        # checked against the largest node of the partition at once; the first launch cancels the SLURM jobs an
-        # earlier scheduler of this run directory left (adopt_or_cancel_orphans)
-        executor = SlurmExecutor(device_kind=kind, devices=devices or None, run_dir=directory)
-        devices = executor.devices
+    executor, devices, kind = make_executor(backend, gpus, cpu_slots, address, directory)
+    ptype = profile_type or ("aws" if kind == "cpu" else "dgx-ext")
+    if not any(ptype in a.gpus for a in catalog.apps.values()):
+        fail(f"--profile-type {ptype!r}: no application has a profile for it")
     opts = RuntimeOptions(
         devices=devices,
         device_kind=kind,
@@ -161,6 +143,33 @@ def run_jobs(
     if gave_up:
         err_console.print(f"{len(gave_up)} job(s) failed for good; their logs: {directory / 'jobs'}/NAME/rank*.log")
         raise typer.Exit(code=1)
+
+
+def make_executor(
+    backend: str, gpus: str | None, cpu_slots: int | None, address: str | None, run_dir: Path
+) -> tuple[Any, int, str]:
+    """The executor of ``--backend`` (None: the scheduler's LocalExecutor) and the devices it owns, (executor,
+    devices, kind): ``--cpu-slots N``, or ``--gpus auto|N`` — counted locally, or checked against the Ray
+    cluster's GPUs / the SLURM partition's largest node at once (a request beyond them exits 2)."""
+    if cpu_slots is not None:
+        devices, kind = cpu_slots, "cpu"
+    elif backend in ("ray", "slurm"):
+        devices, kind = (0 if gpus == "auto" else _gpu_spec(gpus or "auto")), "gpu"
+    else:
+        devices, kind = _gpu_count(gpus or "auto"), "gpu"
+    executor: Any = None
+    if backend == "ray":
+        from oak.runtime.ray_executor import RayExecutor
+
+        executor = RayExecutor(address=address, device_kind=kind, devices=devices or None)
+        devices = executor.devices
+    elif backend == "slurm":
+        from oak.runtime.slurm_executor import SlurmExecutor
+
+        # the first launch cancels the SLURM jobs an earlier scheduler of this run directory left
+        executor = SlurmExecutor(device_kind=kind, devices=devices or None, run_dir=run_dir)
+        devices = executor.devices
+    return executor, devices, kind
 
 
 def _gpu_spec(spec: str) -> int:

@@ -50,6 +50,7 @@ def serve(
     """Run the scheduler as a service: jobs come with `oak submit`, leave with `oak cancel`; SIGTERM or Ctrl-C
     stops every job with a checkpoint; the same command resumes (also after SIGKILL)."""
     from oak.catalog import Catalog
+    from oak.cli.run import make_executor
     from oak.policies import make_policy
     from oak.runtime.scheduler import RuntimeOptions
     from oak.service.protocol import Listeners
@@ -122,32 +123,6 @@ def serve(
     finally:
         listeners.close()
     err_console.print("oak serve: stopped; every running job was stopped with a checkpoint")
-
-
-def make_executor(
-    backend: str, gpus: str | None, cpu_slots: int | None, address: str | None, run_dir: Path
-) -> tuple[Any, int, str]:
-    """The executor of ``--backend`` and the devices it owns: (executor or None for local, devices, kind)."""
-    from oak.cli.run import _gpu_count, _gpu_spec
-
-    if cpu_slots is not None:
-        devices, kind = cpu_slots, "cpu"
-    elif backend == "ray" or backend == "slurm":
-        devices, kind = (0 if gpus == "auto" else _gpu_spec(gpus or "auto")), "gpu"
-    else:
-        devices, kind = _gpu_count(gpus or "auto"), "gpu"
-    executor: Any = None
-    if backend == "ray":
-        from oak.runtime.ray_executor import RayExecutor
-
-        executor = RayExecutor(address=address, device_kind=kind, devices=devices or None)
-        devices = executor.devices
-    elif backend == "slurm":
-        from oak.runtime.slurm_executor import SlurmExecutor
-
-        executor = SlurmExecutor(device_kind=kind, devices=devices or None, run_dir=run_dir)
-        devices = executor.devices
-    return executor, devices, kind
 
 
 def _call(run_dir: Path, op: str, **args: Any) -> dict[str, Any]:

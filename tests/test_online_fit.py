@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from oak.catalog import Catalog
 from oak.goodput.online import (
-    DEFAULT_PRIOR_WEIGHT,
     PARAM_NAMES,
     OnlineFit,
     StepSample,
@@ -310,10 +309,6 @@ def test_fit_is_deterministic_and_order_independent() -> None:
     shuffled = fit_online(list(reversed(samples)), prior)
     assert first == again == shuffled  # bit-identical dataclasses
     assert linear_scaling_prior(reversed(samples)) == prior
-
-
-def test_default_prior_weight_is_documented_value() -> None:
-    assert DEFAULT_PRIOR_WEIGHT == 3e-5
 
 
 # ------------------------------------------------------------------------------------------ bad input

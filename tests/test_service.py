@@ -454,3 +454,18 @@ def test_submit_name_keeps_the_command_as_typed(tmp_path: Path) -> None:
         protocol.call = orig  # type: ignore[assignment]
     assert res.exit_code == 0, res.output
     assert "./train.sh" in seen["text"] and "a//b" in seen["text"]
+
+
+def test_status_watch_in_a_pipe_prints_a_table_per_interval(service: tuple[ServiceScheduler, Listeners, Path]) -> None:
+    _, _, run_dir = service
+    assert call(run_dir, "submit", text="jobs:\n" + count_job("w", 3), source="w.yaml")["ok"]
+    proc = subprocess.Popen(
+        [*MAIN, "status", "--run-dir", str(run_dir), "--watch", "--interval", "0.3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert out.count("┃ job") >= 2, out + err

@@ -307,6 +307,15 @@ def status(
         state, live = _status(run_dir)
         console.print(_table(state, live, run_dir))
         return
+    if not console.is_terminal:  # a pipe or a file: one table per interval, each printed in full
+        try:
+            while True:
+                state, live = _status(run_dir)
+                console.print(_table(state, live, run_dir))
+                sys.stdout.flush()
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            return
     from rich.live import Live
 
     with Live(console=console, auto_refresh=False) as view:

@@ -469,3 +469,28 @@ def test_status_watch_in_a_pipe_prints_a_table_per_interval(service: tuple[Servi
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert out.count("┃ job") >= 2, out + err
+
+
+def test_learned_goodput_priors_and_exploration() -> None:
+    """A command job naming a catalog application starts from that application's model and is offered its
+    full range; one without starts from a linear-scaling prior and is offered twice what it has run."""
+    from oak.catalog import Catalog
+    from oak.runtime.learned import LearnedGoodput
+    from oak.runtime.store import JobRecord
+
+    catalog = Catalog.load()
+    learned = LearnedGoodput(catalog, "aws")
+    named, plain = parse_jobs(
+        "jobs:\n  - {name: n, command: [x], application: cifar10, max_gpus: 8, batch_size: 128}\n"
+        "  - {name: p, command: [x], max_gpus: 8, batch_size: 128}\n",
+        "j.yaml",
+        tuple(catalog.apps),
+    ).jobs
+    rn, rp = JobRecord("n"), JobRecord("p")
+    assert learned.params(named, rn) == catalog.app("cifar10").gpus["aws"].params
+    assert learned.max_gpus(named, rn) == 8 and learned.max_gpus(plain, rp) == 1
+    learned.record(rp, nodes=1, replicas=2, local_bsz=64.0, elapsed_s=1.0, steps=10)
+    assert learned.max_gpus(plain, rp) == 4
+    apps = learned.catalog([named, plain], [rn, rp]).apps
+    assert apps["job:p"].m0 == apps["job:p"].m_max == 128 and "job:n" in apps
+    assert learned.total(plain, rp) == 2 and learned.fraction(plain, rp) == 0.0  # unknown total: ~half done

@@ -290,7 +290,7 @@ def test_clients_without_a_server_say_so(tmp_path: Path) -> None:
     out = oak("submit", "--run-dir", str(tmp_path), str(tmp_path / "x.yaml"))
     assert out.returncode == 2 and "no oak serve is running" in out.stderr
     out = oak("status", "--run-dir", str(tmp_path))
-    assert out.returncode == 2 and "not a run directory of oak serve" in out.stderr
+    assert out.returncode == 2 and "not a run directory of oak serve or oak run" in out.stderr
     out = oak("logs", "--run-dir", str(tmp_path), "a")
     assert out.returncode == 2 and "no such log" in out.stderr
 
@@ -328,6 +328,10 @@ def test_oak_run_runs_a_torchrun_style_ddp_script_and_recovers_a_crashing_one(tm
     assert all("rank" in t and "/2: resuming at step" in t and "done at step 60" in t for t in ranks)
     steps = steps_log(run_dir, "crash")
     assert sorted(set(steps)) == list(range(1, 31))
+    status = oak("status", "--run-dir", str(run_dir), "--json")  # an oak run's directory, no service
+    assert status.returncode == 0, status.stderr
+    got = {r["name"]: r for r in json.loads(status.stdout)["jobs"]}
+    assert got["ddp"]["state"] == got["crash"]["state"] == "done" and got["crash"]["failures"] == 1
     assert len(steps) - 30 <= 2, "only the steps after the last checkpoint (15) before the crash (17) are redone"
 
 

@@ -203,41 +203,43 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
 
     db = run_dir / "state.sqlite"
     if not db.is_file():
-        fail(f"{run_dir}: not a run directory of oak serve (no state.sqlite)")
+        fail(f"{run_dir}: not a run directory of oak serve or oak run (no state.sqlite)")
     import sqlite3
 
     try:
         store = RunStore(db)
         try:
-            jobs = [job_from_dict(d) for d in store.submissions()]
+            specs = {d["name"]: job_from_dict(d) for d in store.submissions()}
             recs = store.jobs()
         finally:
             store.close()
-    except (sqlite3.Error, ValueError, TypeError) as exc:
+    except (sqlite3.Error, ValueError, TypeError, KeyError) as exc:
         fail(f"{db}: unreadable ({type(exc).__name__}: {exc})")
+    # oak serve's jobs in submission order; an oak run's (no submissions) in its records' order
+    names = list(specs) if specs else sorted(recs)
     rows = []
-    for j in jobs:
-        r = recs.get(j.name)
+    for name in names:
+        r, j = recs.get(name), specs.get(name)
         if r is None:
             continue
-        state = r.state if r.launched_at_s is None or r.over else "queued"  # no service: nothing runs
-        rows.append(
+        total = ((j.target_steps if j is not None else 0) or r.total_steps) or None
+        rows.append(  # as committed: a job recorded as running may still run (its processes outlive a crash)
             {
-                "name": j.name,
-                "state": state,
-                "devices": [],
+                "name": name,
+                "state": r.state,
+                "devices": list(r.devices),
                 "restarts": r.restarts,
                 "failures": r.failures,
                 "step": r.step,
-                "total_steps": j.target_steps or r.total_steps or None,
+                "total_steps": total,
                 "t_progress_s": round(r.t_progress_s, 3),
                 "t_ckpt_s": round(r.t_ckpt_s, 3),
                 "t_queue_s": round(r.t_queue_s, 3),
-                "submitted_s": round(j.submit_s, 3),
+                "submitted_s": round(j.submit_s, 3) if j is not None else None,
                 "finish_s": r.finish_s,
                 "lost_steps": r.lost_steps,
                 "reason": r.gave_up,
-                "kind": "command" if j.is_command else j.model,
+                "kind": None if j is None else ("command" if j.is_command else j.model),
             }
         )
     return {"jobs": rows, "started": False}
@@ -248,7 +250,7 @@ def _table(state: dict[str, Any], live: bool, run_dir: Path) -> Table:
         f"t = {state.get('time_s', 0):,.0f} s · {state.get('devices')} {state.get('device_kind')} device(s) · "
         f"{state.get('policy')} · {state.get('rounds')} round(s)"
         if live
-        else "no service running; state as last committed"
+        else "no service running; state as last committed (jobs shown running may still run)"
     )
     t = Table(title=head, title_justify="left")
     for col, just in (

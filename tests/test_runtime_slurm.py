@@ -51,6 +51,7 @@ from oak.runtime.scheduler import newest_checkpoint_step  # noqa: E402
 from oak.runtime.slurm_executor import SlurmExecutor, run_tag, slurm_command  # noqa: E402
 from support.cli import oak  # noqa: E402
 from support.runtime import check_done  # noqa: E402
+from support.service import start_server  # noqa: E402
 
 LONG = """
 jobs:
@@ -403,12 +404,8 @@ def test_oak_serve_runs_submitted_command_jobs_on_slurm(tmp_path: Path) -> None:
         "3",
     ]
     log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 (closed below)
-    server = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    server = start_server(argv, run_dir, log)
     try:
-        deadline = time.monotonic() + 60
-        while not (run_dir / "oak.sock").exists():
-            assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "serve.log").read_text()
-            time.sleep(0.2)
         jobs = tmp_path / "jobs.yaml"
         jobs.write_text(
             "jobs:\n"

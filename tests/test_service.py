@@ -25,6 +25,7 @@ from oak.runtime.scheduler import RuntimeOptions
 from oak.service.protocol import Listeners, call
 from oak.service.scheduler import ServiceScheduler
 from support.cli import oak
+from support.service import start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNT = str(ROOT / "examples" / "jobs" / "count.py")
@@ -243,19 +244,15 @@ def test_three_user_scripts_survive_a_sigkilled_server(tmp_path: Path) -> None:
     )
     argv = [*MAIN, "serve", "--run-dir", str(run_dir), "--cpu-slots", "2", "--policy", "oak", "--round-seconds", "5"]
     log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 (closed below)
-    server = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    server = start_server(argv, run_dir, log)
     try:
-        deadline = time.monotonic() + 60
-        while not (run_dir / "oak.sock").exists():
-            assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "serve.log").read_text()
-            time.sleep(0.1)
         sub = oak("submit", "--run-dir", str(run_dir), str(jobs))
         assert sub.returncode == 0 and "submitted a, b, c" in sub.stdout, sub.stderr
         # SIGKILL once two jobs run past their first checkpoint
         _wait(run_dir, lambda j: sum(r["state"] == "running" and r["step"] > 6 for r in j.values()) >= 2)
         os.kill(server.pid, signal.SIGKILL)
         server.wait(30)
-        server = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+        server = start_server(argv, run_dir, log)
         deadline = time.monotonic() + 240
         while True:
             out = oak("status", "--run-dir", str(run_dir), "--json")

@@ -75,20 +75,11 @@ def run_jobs(
     if backend not in ("local", "ray", "slurm"):
         fail(f"--backend {backend!r}: expected local, ray or slurm")
     # every plain parameter is checked before anything is loaded or built, with the option's name
-    if cpu_slots is not None and cpu_slots < 1:
-        fail(f"--cpu-slots {cpu_slots}: expected a positive integer")
-    if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):
-        fail(f"--failure-rate {failure_rate!r}: expected a probability in [0, 1]")
-    if not (math.isfinite(round_seconds) and round_seconds > 0):
-        fail(f"--round-seconds {round_seconds!r}: expected a positive number of seconds")
+    check_runtime_options(
+        cpu_slots, failure_rate, seed, max_retries, round_seconds=round_seconds, stall_seconds=stall_seconds
+    )
     if time_limit is not None and not time_limit > 0:
         fail(f"--time-limit {time_limit!r}: expected a positive number of seconds")
-    if seed < 0:
-        fail(f"--seed {seed}: expected an integer >= 0")
-    if max_retries < 1:
-        fail(f"--max-retries {max_retries}: expected a positive integer")
-    if not (math.isfinite(stall_seconds) and stall_seconds > 0):
-        fail(f"--stall-seconds {stall_seconds!r}: expected a positive number of seconds")
     pol = make_policy(policy, seed=seed)  # an unknown policy fails here (OakInputError: exit 2)
     catalog = Catalog.load()
     jobs = load_jobs_file(jobs_file, tuple(catalog.apps))
@@ -98,9 +89,7 @@ def run_jobs(
         run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
     )
     executor, devices, kind = make_executor(backend, gpus, cpu_slots, address, directory)
-    ptype = profile_type or ("aws" if kind == "cpu" else "dgx-ext")
-    if not any(ptype in a.gpus for a in catalog.apps.values()):
-        fail(f"--profile-type {ptype!r}: no application has a profile for it")
+    ptype = profile_type_of(profile_type, kind, catalog)
     opts = RuntimeOptions(
         devices=devices,
         device_kind=kind,
@@ -143,6 +132,32 @@ def run_jobs(
     if gave_up:
         err_console.print(f"{len(gave_up)} job(s) failed for good; their logs: {directory / 'jobs'}/NAME/rank*.log")
         raise typer.Exit(code=1)
+
+
+def check_runtime_options(
+    cpu_slots: int | None, failure_rate: float, seed: int, max_retries: int, **seconds: float
+) -> None:
+    """The checks of the options ``oak run`` and ``oak serve`` share, each failing with its flag (exit 2);
+    ``seconds``: positive durations by option name (``round_seconds`` → ``--round-seconds``)."""
+    if cpu_slots is not None and cpu_slots < 1:
+        fail(f"--cpu-slots {cpu_slots}: expected a positive integer")
+    if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):
+        fail(f"--failure-rate {failure_rate!r}: expected a probability in [0, 1]")
+    for name, v in seconds.items():
+        if not (math.isfinite(v) and v > 0):
+            fail(f"--{name.replace('_', '-')} {v!r}: expected a positive number of seconds")
+    if seed < 0:
+        fail(f"--seed {seed}: expected an integer >= 0")
+    if max_retries < 1:
+        fail(f"--max-retries {max_retries}: expected a positive integer")
+
+
+def profile_type_of(profile_type: str | None, kind: str, catalog: Any) -> str:
+    """``--profile-type``, or the default of the device kind (cpu: aws, gpu: dgx-ext); one the catalog has."""
+    ptype = profile_type or ("aws" if kind == "cpu" else "dgx-ext")
+    if not any(ptype in a.gpus for a in catalog.apps.values()):
+        fail(f"--profile-type {ptype!r}: no application has a profile for it")
+    return ptype
 
 
 def make_executor(

@@ -50,7 +50,7 @@ def serve(
     """Run the scheduler as a service: jobs come with `oak submit`, leave with `oak cancel`; SIGTERM or Ctrl-C
     stops every job with a checkpoint; the same command resumes (also after SIGKILL)."""
     from oak.catalog import Catalog
-    from oak.cli.run import make_executor
+    from oak.cli.run import check_runtime_options, make_executor, profile_type_of
     from oak.policies import make_policy
     from oak.runtime.scheduler import RuntimeOptions
     from oak.service.protocol import Listeners
@@ -60,30 +60,22 @@ def serve(
         fail("give exactly one of --gpus auto|N and --cpu-slots N")
     if backend not in ("local", "ray", "slurm"):
         fail(f"--backend {backend!r}: expected local, ray or slurm")
-    if cpu_slots is not None and cpu_slots < 1:
-        fail(f"--cpu-slots {cpu_slots}: expected a positive integer")
-    for flag, v in (
-        ("--round-seconds", round_seconds),
-        ("--stop-seconds", stop_seconds),
-        ("--stall-seconds", stall_seconds),
-    ):
-        if not (math.isfinite(v) and v > 0):
-            fail(f"{flag} {v!r}: expected a positive number of seconds")
-    if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):
-        fail(f"--failure-rate {failure_rate!r}: expected a probability in [0, 1]")
-    if seed < 0:
-        fail(f"--seed {seed}: expected an integer >= 0")
-    if max_retries < 1:
-        fail(f"--max-retries {max_retries}: expected a positive integer")
+    check_runtime_options(
+        cpu_slots,
+        failure_rate,
+        seed,
+        max_retries,
+        round_seconds=round_seconds,
+        stop_seconds=stop_seconds,
+        stall_seconds=stall_seconds,
+    )
     addr = _listen_address(listen) if listen is not None else None
     if run_dir.exists() and not run_dir.is_dir():
         fail(f"--run-dir {run_dir}: exists and is not a directory")
     pol = make_policy(policy, seed=seed)
     catalog = Catalog.load()
     executor, devices, kind = make_executor(backend, gpus, cpu_slots, address, Path(run_dir))
-    ptype = profile_type or ("aws" if kind == "cpu" else "dgx-ext")
-    if not any(ptype in a.gpus for a in catalog.apps.values()):
-        fail(f"--profile-type {ptype!r}: no application has a profile for it")
+    ptype = profile_type_of(profile_type, kind, catalog)
     opts = RuntimeOptions(
         devices=devices,
         device_kind=kind,

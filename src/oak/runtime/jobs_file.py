@@ -277,7 +277,7 @@ def _job(
             if f in entry:
                 raise OakInputError(f"{where(f)}: only for the packaged worker's models, not a 'command' job")
         model = ""
-        target = integer("target_steps", 1, 0) if "target_steps" in entry or "target_steps" in defaults else 0
+        target = integer("target_steps", 1) if "target_steps" in entry or "target_steps" in defaults else 0
     else:
         if "env" in entry:
             raise OakInputError(f"{where('env')}: only for a 'command' job")

@@ -205,12 +205,7 @@ class WorkerHandle:
 
     def read_status(self) -> dict[str, Any] | None:
         """The job's ``status.json`` (written by rank 0), or None if absent or unreadable."""
-        try:
-            with open(self.job_dir / STATUS_FILE, encoding="utf-8") as fh:
-                obj = json.load(fh)
-        except (OSError, ValueError):
-            return None
-        return obj if isinstance(obj, dict) else None
+        return read_status(self.job_dir)
 
     def is_done(self) -> bool:
         """Whether the job reached its target steps: the ``done`` marker exists (packaged worker), or the
@@ -226,6 +221,17 @@ class WorkerHandle:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.kill()
+
+
+def read_status(job_dir: Path) -> dict[str, Any] | None:
+    """A job directory's ``status.json`` (written by its rank 0), or None if absent or unreadable; every
+    executor reads it through this."""
+    try:
+        with open(job_dir / STATUS_FILE, encoding="utf-8") as fh:
+            obj = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def log_tail(job_dir: Path, world_size: int, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
@@ -465,17 +471,12 @@ def start_worker(
             renv.update(rc.env)
             note = f" incarnation {incarnation} rank {rank}/{world_size}"
             procs.append(spawn_rank(rc.argv, renv, job / f"rank{rank}.log", note, log_argv0=command))
-    except OSError as exc:
+    except BaseException as exc:
         for p in procs:
             p.kill()
             p.wait()
-        if command:
+        if command and isinstance(exc, OSError):  # no such program, not executable: the job's own fault
             raise OakInputError(f"job {job.name!r}: cannot start its command {ranks[0].argv!r} ({exc})") from None
-        raise
-    except BaseException:
-        for p in procs:
-            p.kill()
-            p.wait()
         raise
     port = int(ranks[0].env["MASTER_PORT"])
     return WorkerHandle(job, procs, port or None, token, command=command, incarnation=incarnation)

@@ -84,15 +84,16 @@ class LearnedGoodput:
         )
 
     def params(self, job: RuntimeJob, r: JobRecord | None) -> ThroughputParams:
-        """The job's current model: the prior refitted to its measured step times (cached per log state)."""
-        prior = self.prior(job, r)
+        """The job's current model: the prior refitted to its measured step times (cached per log state: the
+        service asks every tick, the log changes once per report)."""
         if r is None or not r.steplog:
-            return prior
+            return self.prior(job, r)
         key = repr(sorted(r.steplog.items()))
         hit = self._fits.get(job.name)
         if hit is not None and hit[0] == key:
             return hit[1]
-        samples = StepTimeLog.from_dict(r.steplog).samples()
+        prior = self.prior(job, r)
+        samples = self.samples(r)
         params = fit_online(samples, prior).params if samples else prior
         self._fits[job.name] = (key, params)
         return params

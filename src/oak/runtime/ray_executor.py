@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
-import json
 import os
 import signal
 import socket
@@ -41,7 +40,7 @@ from typing import Any
 
 from oak.errors import OakInputError
 from oak.runtime.executor import JobState, Launch, worker_spec
-from oak.runtime.launch import CHECKPOINT_SUBDIR, DONE_FILE, STATUS_FILE, contract_env, spawn_rank
+from oak.runtime.launch import CHECKPOINT_SUBDIR, DONE_FILE, contract_env, read_status, spawn_rank
 
 try:
     import ray
@@ -441,12 +440,7 @@ class RayExecutor:
         rec = self._jobs.get(name)
         if rec is None:
             return None
-        try:
-            with open(rec.job_dir / STATUS_FILE, encoding="utf-8") as fh:
-                obj = json.load(fh)
-        except (OSError, ValueError):
-            return None
-        return obj if isinstance(obj, dict) else None
+        return read_status(rec.job_dir)
 
     def pids(self, name: str) -> list[int]:
         rec = self._jobs.get(name)

@@ -479,17 +479,21 @@ class RuntimeScheduler:
         with contextlib.suppress(Exception):
             self.executor.kill(job.name)
         r.unplace()
-        r.failures += 1
         why = f"launch failed: {exc}"
-        if isinstance(exc, OakInputError):
-            r.gave_up = why
-        else:
-            r.fail_streak += 1
-            if r.fail_streak >= self.opts.max_retries:
-                r.gave_up = f"{r.fail_streak} failures in a row without progress; last: {why}"
-            else:
-                r.retry_at_s = now + min(self.opts.retry_backoff_s * 2 ** (r.fail_streak - 1), MAX_BACKOFF_S)
+        self._count_failure(r, now, why, progressed=False, fatal=isinstance(exc, OakInputError))
         self.failure_notes[job.name] = r.gave_up or why
+
+    def _count_failure(self, r: JobRecord, now: float, why: str, *, progressed: bool, fatal: bool) -> None:
+        """Count a failure of the job's own: ``fatal`` (its input is bad) gives up on it at once;
+        ``max_retries`` in a row without progress give up on it; otherwise it backs off before its next try."""
+        r.failures += 1
+        r.fail_streak = 0 if progressed else r.fail_streak + 1
+        if fatal:
+            r.gave_up = why
+        elif r.fail_streak >= self.opts.max_retries:
+            r.gave_up = f"{r.fail_streak} failures in a row without progress; last: {why}"
+        elif r.fail_streak:
+            r.retry_at_s = now + min(self.opts.retry_backoff_s * 2 ** (r.fail_streak - 1), MAX_BACKOFF_S)
 
     def _target(self, job: RuntimeJob, r: JobRecord) -> int:
         """Steps to completion: the jobs file's, else what the job reported (0: unknown)."""
@@ -503,17 +507,12 @@ class RuntimeScheduler:
         self.executor.kill(job.name)
         stuck = self.executor.unreaped(job.name)
         progressed = self._release(job, r)
-        r.failures += 1
-        r.fail_streak = 0 if progressed else r.fail_streak + 1
         tail = log_tail(self.job_dir(job), max(1, ranks))
         if stuck:
             why += f"; rank process(es) {stuck} not reaped after SIGKILL (stuck in the kernel or GPU driver)"
         if usage_error:
-            r.gave_up = f"its workers reported an input error ({why})"
-        elif r.fail_streak >= self.opts.max_retries:
-            r.gave_up = f"{r.fail_streak} failures in a row without progress; last: {why}"
-        elif r.fail_streak:
-            r.retry_at_s = now + min(self.opts.retry_backoff_s * 2 ** (r.fail_streak - 1), MAX_BACKOFF_S)
+            why = f"its workers reported an input error ({why})"
+        self._count_failure(r, now, why, progressed=progressed, fatal=usage_error)
         self.failure_notes[job.name] = (r.gave_up or why) + (f"\n{tail}" if tail else "")
 
     def _release(self, job: RuntimeJob, r: JobRecord) -> bool:

@@ -54,11 +54,11 @@ from oak.runtime.executor import JobState, Launch, job_spec
 from oak.runtime.launch import (
     CHECKPOINT_SUBDIR,
     DONE_FILE,
-    STATUS_FILE,
     CommandSpec,
     WorkerSpec,
     free_port,
     rank_commands,
+    read_status,
     spawn_rank,
 )
 
@@ -581,12 +581,7 @@ class SlurmExecutor:
         rec = self._jobs.get(name)
         if rec is None:
             return None
-        try:
-            with open(rec.job_dir / STATUS_FILE, encoding="utf-8") as fh:
-                obj = json.load(fh)
-        except (OSError, ValueError):
-            return None
-        return obj if isinstance(obj, dict) else None
+        return read_status(rec.job_dir)
 
     def pids(self, name: str) -> list[int]:
         rec = self._jobs.get(name)

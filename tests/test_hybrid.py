@@ -158,6 +158,7 @@ def test_uses_oaks_utility_matrix(monkeypatch: pytest.MonkeyPatch) -> None:
 # ---------------------------------------------------------------- simulation, warm start, parameters
 
 
+@pytest.mark.portable
 def test_small_simulation_finishes_deterministically() -> None:
     res = Simulator(load_workload("small")).run(HybridOakPolicy(), 0.1, 2)
     assert res.finished

@@ -49,6 +49,7 @@ def _pair(workload: str, physics: PhysicsOptions) -> tuple[Simulator, Simulator]
     return Simulator(wl, physics=physics), Simulator(wl, physics=physics, idle_fast_forward=False)
 
 
+@pytest.mark.portable
 @pytest.mark.parametrize("workload", ["medium", "congestion"])
 def test_oak_no_age_fast_forward_is_bit_identical(workload: str) -> None:
     fast, slow = _pair(workload, PhysicsOptions(horizon_s=HORIZON_S))
@@ -60,6 +61,7 @@ def test_oak_no_age_fast_forward_is_bit_identical(workload: str) -> None:
             assert len(a.decision_ms) < len(b.decision_ms) / 4  # idle rounds were skipped, not decided
 
 
+@pytest.mark.portable
 def test_fast_forward_bit_identical_off_grid_times() -> None:
     """A round length that is not a binary fraction and jittered arrivals: the skipped rounds' times and T_queue
     sums must still follow the event loop's float arithmetic exactly (and the horizon is off the grid)."""

@@ -36,6 +36,7 @@ MODEL = TraceModel.packaged()
 APPS = Catalog.load().apps.keys()
 
 
+@pytest.mark.portable
 def test_same_seed_same_bytes_other_seed_differs() -> None:
     a, _ = synth_workload_text(300, "sia-64", 1.0, 7)
     b, _ = synth_workload_text(300, "sia-64", 1.0, 7)

@@ -289,6 +289,7 @@ def small_run() -> tuple[Any, list[RoundSnapshot]]:
     return res, snaps
 
 
+@pytest.mark.portable
 def test_small_simulation_finishes_and_is_deterministic(small_run: tuple[Any, list[RoundSnapshot]]) -> None:
     res, snaps = small_run
     assert res.finished

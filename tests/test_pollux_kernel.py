@@ -33,6 +33,7 @@ def kernel_repair(prob: PolluxProblem, x: np.ndarray, seed: int) -> np.ndarray:
     return y
 
 
+@pytest.mark.portable
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(repair_cases(), st.sampled_from([-1.0, 0.0, 0.5, 1.0]))
 def test_repair_is_bit_identical_and_objective_equal(case: tuple[RoundSnapshot, np.ndarray, int], p: float) -> None:
@@ -85,6 +86,7 @@ def medium_rounds() -> list[RoundSnapshot]:
     return [s for s in snaps if s.num_jobs >= 3][::15][:12]
 
 
+@pytest.mark.portable
 def test_numba_engine_is_deterministic_feasible_and_as_good(medium_rounds: list[RoundSnapshot]) -> None:
     gaps = []
     for snap in medium_rounds:

@@ -51,6 +51,7 @@ def test_progress_is_monotone_without_lost_work(small_sim: Simulator) -> None:
         assert j.jct_s is not None and j.jct_s >= j.t_progress_s - 1e-6
 
 
+@pytest.mark.portable
 def test_same_seed_bit_identical(small_sim: Simulator) -> None:
     a = small_sim.run(make_policy("oak"), failure_rate=0.1, seed=7).to_json()
     b = Simulator(load_workload("small")).run(make_policy("oak"), failure_rate=0.1, seed=7).to_json()
@@ -66,6 +67,7 @@ def test_different_seeds_differ_under_failures(small_sim: Simulator) -> None:
     assert [j.failures for j in a.jobs] != [j.failures for j in b.jobs]
 
 
+@pytest.mark.portable
 def test_failures_are_paired_across_policies(small_sim: Simulator) -> None:
     """Each failure happens at a time drawn from (seed, job, interval) alone: every failure time any policy
     sees lies in the shared stream, and the stream is identical whatever the policy."""

@@ -1,7 +1,9 @@
 """Golden results: what the simulator computes today, for the runs a redesign must not move.
 
-``python tests/golden/golden.py --write`` recomputes every case with the current code and rewrites
-``tests/golden/*.json``; ``tests/test_golden.py`` recomputes them and compares. Rewrite them only when a result
+``env $(scripts/simd-off) python tests/golden/golden.py --write`` recomputes every case with the current code and
+rewrites ``tests/golden/*.json``, with the machine's widest SIMD kernels switched off, so that a machine with
+AVX-512 and one without agree with the files (CI checks both ways: the suite runs with every kernel, then the
+golden and determinism tests again under ``scripts/simd-off``); ``tests/test_golden.py`` recomputes them and compares. Rewrite them only when a result
 is meant to move, and say why in the commit. Each file holds, per run, the run's key, its decided rounds and
 makespan, and every job's JCT, restarts, failures, time split and GPU-seconds (no wall-clock times).
 """

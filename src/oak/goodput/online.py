@@ -333,7 +333,7 @@ def fit_online(
         )
         z = np.clip(np.asarray(result.x, dtype=np.float64), lower, upper)
         r = residuals(z)
-        value = float(np.dot(r, r))
+        value = float((r * r).sum())  # not BLAS: the same rounding on every CPU
         if best is None or value < best[0]:
             best = (value, z, bool(result.status > 0))
     assert best is not None

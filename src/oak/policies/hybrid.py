@@ -46,6 +46,7 @@ from oak.policies.nsga import (
     policy_rng,
 )
 from oak.scoring import UtilityParams, utility_matrix, utility_params
+from oak.solve.assignment import snap_values
 
 STATE_KIND = "hybrid-oak-config"
 #: Share of mutations that step to a neighbouring size of the same GPU type instead of redrawing.
@@ -80,7 +81,8 @@ class HybridProblem:
         gpus = np.asarray(snap.config_gpus, dtype=np.int64)
         ctype = np.asarray(snap.config_type, dtype=np.int64)
         capacity = np.asarray(snap.capacity, dtype=np.int64)
-        u = np.where(valid, np.asarray(utility, dtype=np.float64), 0.0)
+        # on the solvers' grid (oak.solve.assignment): orderings and fitness comparisons do not move on last-bit noise
+        u = snap_values(np.where(valid, np.asarray(utility, dtype=np.float64), 0.0), valid)
         value = np.concatenate([u, np.full((j, 1), float(mu_na))], axis=1)
         rows = np.arange(j)[:, None]
         gpus_2d, ctype_2d = np.repeat(gpus[None, :], j, axis=0), np.repeat(ctype[None, :], j, axis=0)
@@ -253,7 +255,8 @@ class HybridOakPolicy(PolicyBase):
         if j == 0:
             return Allocation(config=np.zeros(0, np.int64), objective=0.0, method="nsga2")
         rng = policy_rng(self.seed, snap)
-        prob = self.problem(snap)
+        utility = utility_matrix(snap, self.params)
+        prob = HybridProblem.from_snapshot(snap, utility, self.params.mu_na)
         init = self.initial_population(snap, prob, rng)
         if self.engine == "numba":
             res = solve_numba(prob, init, self.population, self.generations, rng)
@@ -269,9 +272,13 @@ class HybridOakPolicy(PolicyBase):
             )
         final = res.population.copy()
         final.setflags(write=False)
+        best = res.population[0].copy()
+        # the search compares values on the solvers' grid; the allocation's worth is reported in the values given
+        rows = np.arange(j)
+        given = np.where(best >= 0, np.asarray(utility, dtype=np.float64)[rows, np.maximum(best, 0)], self.params.mu_na)
         return Allocation(
-            config=res.population[0].copy(),
-            objective=float(-res.objective[0]),
+            config=best,
+            objective=float(given.sum()),
             method="nsga2",
             info={"solve_ms": (time.perf_counter() - start) * 1e3, "evaluations": float(res.evaluations)},
             state=GeneticState(kind=STATE_KIND, job_names=tuple(snap.job_names), population=final),

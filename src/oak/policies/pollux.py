@@ -52,6 +52,7 @@ from oak.errors import OakInputError
 from oak.model.snapshot import Allocation, FloatArray, IntArray, RoundSnapshot
 from oak.policies.base import PolicyBase
 from oak.policies.nsga import GeneticOperators, GeneticState, check_ga_params, job_order, nsga2, policy_rng
+from oak.solve.assignment import snap_values
 
 #: Pollux's limits (reference §3.5, §4.4); the simulator enforces the same.
 MAX_NODES_PER_JOB = 16
@@ -110,7 +111,9 @@ class PolluxProblem:
         r_dim = ng.shape[3]
         node_gpus = np.asarray(snap.node_gpus, dtype=np.int64)
         node_type = np.asarray(snap.node_type, dtype=np.int64)
+        # on the solvers' grid (oak.solve.assignment): rankings and fitness comparisons do not move on last-bit noise
         ng = np.where(ng > 0, ng, 0.0)
+        ng = snap_values(ng, ng > 0)
         ng[:, :, 0, :] = 0.0
         ng[:, :, :, 0] = 0.0
         total = int(node_gpus.sum())
@@ -131,7 +134,7 @@ class PolluxProblem:
             max_replicas=max_replicas.astype(np.int64),
             type_rank=type_rank.astype(np.int64),
             speedup=speedup,
-            restart_factor=pollux_restart_factor(snap.age_s, snap.restarts, restart_delta_s)[order],
+            restart_factor=_snapped(pollux_restart_factor(snap.age_s, snap.restarts, restart_delta_s)[order]),
             p=float(p),
         )
 
@@ -235,6 +238,11 @@ class PolluxProblem:
         return GeneticOperators(
             evaluate=self.evaluate, crossover=self.crossover, mutate=self.mutate, repair=self.repair
         )
+
+
+def _snapped(x: FloatArray) -> FloatArray:
+    """``x`` on the solvers' value grid (``oak.solve.assignment.snap_values``)."""
+    return snap_values(x, np.isfinite(x))
 
 
 def _fair_share_goodput(ng: FloatArray, node_gpus: IntArray, node_type: IntArray, total: int) -> FloatArray:

@@ -54,6 +54,7 @@ from oak.model.snapshot import (
 from oak.policies.base import PolicyBase
 from oak.scoring.utility import age_key, restart_factor_decomposed
 from oak.solve import AssignmentProblem, solve_assignment
+from oak.solve.assignment import snap_values
 
 #: The least value of any valid allocation: above idling (0), below every allocation that is not a move (U − θ
 #: ≥ 1 − θ). Only moves with (G·r·s)^p < θ + MIN_MOVE_VALUE are raised to it.
@@ -186,6 +187,7 @@ class RestartAwareOakPolicy(PolicyBase):
         # a move is never worth less than idling (MIN_MOVE_VALUE): a job displaced from its configuration takes
         # GPUs it fits rather than wait beside them, however little of its run a restore leaves (s → 0)
         value = np.where(snap.valid, np.maximum(self.utility(snap) - self.theta, MIN_MOVE_VALUE), 0.0)
+        value = snap_values(value, snap.valid)  # the solver's grid (idempotent): admit_starving compares these too
         kept = forced_configs(snap, kept_while_restoring(snap) if self.keep_restoring else None)
         forced = kept if kept is not None else np.full(snap.num_jobs, -1, dtype=np.int64)
         ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None

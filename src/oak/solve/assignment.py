@@ -11,6 +11,16 @@ Methods: ``dp`` (exact dynamic programme over GPUs used per type, :mod:`oak.solv
 ``cvxpy`` (the paper's CVXPY + GLPK_MI), ``lagrangian`` (per-type prices: a feasible allocation with a certified
 upper bound, :mod:`oak.solve.lagrangian`, for thousands of GPUs and jobs) and ``auto``, which picks by size.
 Every result carries ``bound`` ≥ the optimum (= objective for the exact methods) and its relative ``gap``.
+
+**Decisions that do not depend on the CPU.** Values come out of transcendental kernels (``np.power``, ``np.exp``)
+whose last bits differ between CPUs (AVX-512, AVX2 and scalar loops) and between array positions. Before any
+method sees them, :func:`snap_values` rounds every value to a dyadic grid: multiples of q = 2^(e − 24), where
+2^(e−1) < max |value| ≤ 2^e, so values that agree to about 6e-8 of the round's largest value are equal
+(``VALUE_GRID_BITS``). Every sum of up to 2^28 snapped values is then exact in float64, so the methods compare
+allocations exactly: a few ulps of noise moves a value across a grid point with probability ≈ 2^-25 (not at all
+when the noise is absent), two indistinguishable jobs tie exactly, and each method's fixed, documented tie rule
+(the DP: leave a job out first, then the configuration of lowest index) decides. Nothing downstream reads a
+CPU-dependent kernel: no BLAS products and only stable sorts (tests/test_portable.py).
 """
 
 from __future__ import annotations
@@ -39,6 +49,46 @@ DP_MAX_WORK = 50_000_000
 #: ``auto`` runs the sequential DP directly (rather than Lagrangian + core DP, whose fixed cost is a few ms) while
 #: its work stays below this.
 DP_DIRECT_WORK = 2_000_000
+
+
+#: Values are snapped to multiples of 2^-VALUE_GRID_BITS of the binade of the round's largest |value| (module doc).
+VALUE_GRID_BITS = 24
+
+
+def value_quantum(value: FloatArray, valid: BoolArray) -> float:
+    """The grid step q = 2^(e − VALUE_GRID_BITS) for the largest finite |value| among ``valid`` entries, which lies
+    in (2^(e−1), 2^e]; 0.0 when there is none (or all are 0). The half-open binade makes snapping idempotent: a
+    largest value rounded up to 2^e keeps its e, one rounded down to 2^(e−1) halves q, and the grid of q/2
+    holds every multiple of q."""
+    mask = valid & np.isfinite(value)
+    if not mask.any():
+        return 0.0
+    largest = float(np.abs(value[mask]).max())
+    if largest == 0.0:
+        return 0.0
+    mantissa, e = np.frexp(largest)  # largest = mantissa · 2^e, mantissa in [0.5, 1)
+    return float(np.ldexp(1.0, int(e) - (mantissa == 0.5) - VALUE_GRID_BITS))
+
+
+def snap_values(value: FloatArray, valid: BoolArray) -> FloatArray:
+    """``value`` with every finite ``valid`` entry rounded to the nearest multiple of :func:`value_quantum` (halves
+    to even), a positive value to at least one step and a negative one to at most minus one step, so that worth
+    more (or less) than leaving a job out stays so. Other entries are returned as they are. Exact arithmetic:
+    scaling by a power of two and rounding to an integer lose nothing else."""
+    q = value_quantum(value, valid)
+    if q == 0.0:
+        return value
+    mask = valid & np.isfinite(value)
+    with np.errstate(invalid="ignore", over="ignore"):
+        k = np.rint(np.where(mask, value, 0.0) / q)
+    k = np.where(value > 0, np.maximum(k, 1.0), np.where(value < 0, np.minimum(k, -1.0), 0.0))
+    return np.where(mask, k * q, value)
+
+
+def dot(a: FloatArray | IntArray, b: FloatArray | IntArray) -> FloatArray:
+    """Σ over the last axis of a·b in a fixed order (NumPy's own summation, never BLAS, whose kernels — and so
+    whose rounding — differ between CPUs)."""
+    return np.asarray((np.asarray(a, dtype=np.float64) * np.asarray(b, dtype=np.float64)).sum(axis=-1))
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,12 +183,19 @@ def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> Assign
     ``auto`` picks by size (see ``auto_method``): exact up to tens of GPUs per type (DP, or Lagrangian prices plus a
     DP over the jobs they leave open), the Lagrangian method with its certified gap beyond. ``bound`` ≥ optimum
     and ``gap`` come with every result (bound = objective for exact answers).
+
+    Every method solves the problem with its values on the grid of :func:`snap_values` ("exact" = optimal among
+    allocations compared on the grid, within J·q/2 of the optimum in the given values); ``objective`` is the chosen
+    allocation's worth in the values given, and a Lagrangian ``bound`` is widened by what the grid took from each
+    job (:func:`_grid_slack`), so objective ≤ optimum ≤ bound holds for the problem as given.
     """
     if method not in SOLVER_METHODS:
         raise ValueError(f"solver method {method!r}: expected one of {SOLVER_METHODS}")
     start = time.perf_counter()
     auto = method == "auto"
-    reduced, base_choice, base_value = _apply_forced(problem)
+    given = problem
+    problem = snapped(given)
+    reduced, base_choice, _ = _apply_forced(problem)
     if method == "auto":
         method = auto_method(reduced)
     bound: float | None = None
@@ -165,13 +222,35 @@ def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> Assign
     forced = base_choice >= 0
     if reduced is not problem:
         choice = np.where(forced, base_choice, choice)
-    free_value = _objective(reduced, choice, skip=forced if reduced is not problem else None)
+    # the grid decides between allocations; what the chosen one is worth is reported in the values given
+    rows = np.flatnonzero(forced)
+    base_value = float(given.value[rows, base_choice[rows]].sum())
+    free_value = _objective(given, choice, skip=forced if reduced is not problem else None)
     objective = base_value + free_value
-    if bound is not None and free_value - 1e-9 * max(1.0, abs(free_value)) <= bound < free_value:
-        bound = free_value  # rounding in the last digits only: objective ≤ optimum ≤ bound holds exactly
+    if bound is not None:
+        bound += _grid_slack(given.value, problem.value, reduced.valid)
+        if free_value - 1e-9 * max(1.0, abs(free_value)) <= bound < free_value:
+            bound = free_value  # rounding in the last digits only: objective ≤ optimum ≤ bound holds exactly
     total_bound = objective if bound is None else base_value + bound
     wall_ms = (time.perf_counter() - start) * 1e3
     return AssignmentResult(choice=choice, objective=objective, method=method, wall_ms=wall_ms, bound=total_bound)
+
+
+def snapped(problem: AssignmentProblem) -> AssignmentProblem:
+    """The problem with its values on the grid of :func:`snap_values` (the same object when nothing moves)."""
+    value = snap_values(problem.value, problem.valid)
+    if value is problem.value or np.array_equal(value, problem.value):
+        return problem
+    return AssignmentProblem(value, problem.valid, problem.gpus, problem.gpu_type, problem.capacity, problem.forced)
+
+
+def _grid_slack(given: FloatArray, on_grid: FloatArray, valid: BoolArray) -> float:
+    """Σ over jobs of the most the grid took from any of the job's valid values: a bound on the snapped problem plus
+    this bounds the problem as given (any allocation is worth at most that much more in the given values)."""
+    if given is on_grid:
+        return 0.0
+    lost = np.where(valid, given - on_grid, 0.0)
+    return float(np.maximum(lost.max(axis=1, initial=0.0), 0.0).sum())
 
 
 def _objective(problem: AssignmentProblem, choice: IntArray, skip: BoolArray | None = None) -> float:

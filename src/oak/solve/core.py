@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from oak.model.snapshot import BoolArray, FloatArray, IntArray
-from oak.solve.assignment import AssignmentProblem
+from oak.solve.assignment import AssignmentProblem, dot
 
 #: Give up (return None) when a step would hold more partial allocations than this.
 MAX_CORE_STATES = 20_000
@@ -118,7 +118,7 @@ def _core_dp(
     if len(multi) > max_jobs:
         return None
     if len(multi) == 0:
-        idle_cost = float((capacity - usage[0]) @ prices)
+        idle_cost = float(dot(capacity - usage[0], prices))
         return choice if loss[0] + idle_cost <= budget + tol else "empty"
     # Options of the jobs left, grouped by job (none first): configuration (−1: none), loss δ, GPU-usage vector.
     n_multi = len(multi)
@@ -149,7 +149,7 @@ def _core_dp(
             return None
         cand_use = (usage[:, None, :] + use_all[None, lo:hi, :]).reshape(n * m, n_types)
         cand_loss = (loss[:, None] + loss_all[None, lo:hi]).ravel()
-        idle = np.maximum(room[k][None, :] - cand_use, 0) @ prices
+        idle = dot(np.maximum(room[k][None, :] - cand_use, 0), prices)
         cand = np.flatnonzero((cand_loss + idle <= budget + tol) & np.all(cand_use <= capacity[None, :], axis=1))
         if len(cand) == 0:
             return "empty"
@@ -167,7 +167,7 @@ def _core_dp(
         trail.append((parent, cfg_all[lo + which]))
     # value = L − Σδ − λ·idle: the best final state has the least cost Σδ + λ·(R − used). Only when that cost is
     # within the budget is the state's allocation proved the best of all (see solve_core).
-    cost = loss + (capacity[None, :] - usage) @ prices
+    cost = loss + dot(capacity[None, :] - usage, prices)
     state = int(np.argmin(cost))
     if cost[state] > budget + tol:
         return "empty"

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oak.model.snapshot import BoolArray, FloatArray, IntArray
-from oak.solve.assignment import AssignmentProblem
+from oak.solve.assignment import AssignmentProblem, dot
 
 #: Passes of coordinate descent over the prices, at most.
 MAX_PASSES = 60
@@ -81,11 +81,11 @@ def dual_value(problem: AssignmentProblem, prices: FloatArray) -> tuple[float, I
         problem.valid, problem.value - prices[problem.gpu_type][None, :] * problem.gpus[None, :], -np.inf
     )
     if reduced.shape[1] == 0:
-        return float(prices @ problem.capacity), np.full(reduced.shape[0], -1, dtype=np.int64)
+        return float(dot(prices, problem.capacity)), np.full(reduced.shape[0], -1, dtype=np.int64)
     best = reduced.argmax(axis=1)
     top = reduced[np.arange(len(best)), best]
     chosen = np.where(top > 0, best, -1)
-    return float(prices @ problem.capacity + np.maximum(top, 0.0).sum()), chosen
+    return float(dot(prices, problem.capacity) + np.maximum(top, 0.0).sum()), chosen
 
 
 @dataclass(frozen=True, eq=False)
@@ -229,10 +229,10 @@ def _cut(theta: FloatArray, weight: FloatArray, capacity: float, guess: float | 
             ww = weight[window]
             if above + float(ww.sum()) <= capacity:
                 continue
-            order = np.argsort(-tw)
+            order = np.argsort(-tw, kind="stable")
             m = int(np.searchsorted(above + np.cumsum(ww[order]), capacity, side="right"))
             return float(tw[order[m]])
-    order = np.argsort(-theta)
+    order = np.argsort(-theta, kind="stable")
     m = int(np.searchsorted(np.cumsum(weight[order]), capacity, side="right"))
     return float(theta[order[m]])
 
@@ -282,7 +282,7 @@ def minimise_dual(
     n_types = hulls.value.shape[0]
     lam = np.zeros(n_types) if prices is None else np.asarray(prices, dtype=np.float64).copy()
     best = _best_per_type(hulls, lam)
-    value = float(lam @ capacity + best.max(axis=0).sum())
+    value = float(dot(lam, capacity) + best.max(axis=0).sum())
     passes = 0
     guesses: list[float | None] = [None] * n_types
     for passes in range(1, max_passes + 1):  # noqa: B007 - the count is returned
@@ -292,7 +292,7 @@ def minimise_dual(
             lam[t] = _line_search(hulls, t, others, float(capacity[t]), guesses[t])
             guesses[t] = lam[t]
             best[t] = (hulls.value[t] - lam[t] * hulls.gpus[t]).max(axis=0)
-        value = float(lam @ capacity + best.max(axis=0).sum())
+        value = float(dot(lam, capacity) + best.max(axis=0).sum())
         if n_types == 1 or before - value <= rel_tol * max(abs(value), 1.0):
             break
     return lam, passes

@@ -205,3 +205,19 @@ def test_twins_get_bit_identical_values(monkeypatch: pytest.MonkeyPatch, name: s
             if not (forced[i] or forced[k]):
                 assert np.array_equal(raw[i], raw[k]), f"{name}: twins {i} and {k} got different values"
                 assert np.array_equal(values[i], values[k])
+
+
+@pytest.mark.parametrize("method", ["dp", "auto"])
+def test_a_tie_keeps_a_job_where_it_is(method: str) -> None:
+    """Two jobs, two equally valued configurations each (the second within one ulp of the first): with ``prefer``
+    the exact DP keeps each job on the configuration it holds (HiGHS and the price method treat differences below
+    their 1e-9 tolerances as ties and break them their own way)."""
+    gpus = np.array([2, 2], dtype=np.int64)
+    value = np.array([[1.0, np.nextafter(1.0, 2.0)], [0.75, 0.75]])
+    valid = np.ones((2, 2), dtype=bool)
+    two_types = AssignmentProblem(value, valid, gpus, np.array([0, 1]), np.array([2, 2]))
+    for held in ([1, 0], [0, 1], [1, -1]):
+        prefer = np.array(held, dtype=np.int64)
+        res = solve_assignment(dataclasses.replace(two_types, prefer=prefer), method)
+        assert all(res.choice[i] == held[i] for i in range(2) if held[i] >= 0), (held, res.choice)
+        assert res.objective == pytest.approx(1.75, rel=1e-12)  # the given values, without the tie bonus

@@ -131,9 +131,12 @@ def test_per_node_shape_ignores_which_nodes() -> None:
 
 
 def test_lost_work_since_restart_rolls_back_to_the_last_start() -> None:
-    """A failure that rolls back to the job's last (re)start loses more GPU time than one that loses nothing."""
-    none, _ = _trace("sia", PhysicsOptions(), lam=0.05, seed=1)
-    lost, _ = _trace("sia", PhysicsOptions(lost_work="since-restart"), lam=0.05, seed=1)
+    """A failure that rolls back to the job's last (re)start loses more GPU time than one that loses nothing.
+
+    At λ = 0.05 a job that needs more than ~1,200 s uninterrupted may never finish under the rollback, so both runs
+    stop at 60,000 s (the run without loss ends at ~14,000 s) instead of stepping idle rounds to the horizon."""
+    none, _ = _trace("sia", PhysicsOptions(horizon_s=60_000.0), lam=0.05, seed=1)
+    lost, _ = _trace("sia", PhysicsOptions(lost_work="since-restart", horizon_s=60_000.0), lam=0.05, seed=1)
     assert sum(j.failures for j in lost.jobs) > 0
     assert sum(j.gpu_s_lost for j in lost.jobs) > sum(j.gpu_s_lost for j in none.jobs)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from oak.model.snapshot import Allocation, RoundSnapshot, forced_configs
 from oak.policies.base import PolicyBase
 from oak.scoring import RestartFactor, UtilityParams, utility_matrix, utility_params
@@ -45,6 +47,7 @@ class OakPolicy(PolicyBase):
             gpu_type=snap.config_type,
             capacity=snap.capacity,
             forced=forced_configs(snap),
+            prefer=np.asarray(snap.current, dtype=np.int64),
         )
         res = solve_assignment(problem, self.solver)
         objective = mu * snap.num_jobs + res.objective

@@ -207,6 +207,7 @@ class RestartAwareOakPolicy(PolicyBase):
             gpu_type=snap.config_type,
             capacity=snap.capacity,
             forced=forced if np.any(forced >= 0) else None,
+            prefer=np.asarray(snap.current, dtype=np.int64),
         )
         res = solve_assignment(problem, self.solver)
         info = {"solve_ms": res.wall_ms, "bound": res.bound, "gap": res.gap, "starving": float(starving.sum())}

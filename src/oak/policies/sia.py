@@ -75,6 +75,7 @@ class SiaPolicy(PolicyBase):
             gpu_type=snap.config_type,
             capacity=snap.capacity,
             forced=forced_configs(snap, kept_while_restoring(snap)),
+            prefer=np.asarray(snap.current, dtype=np.int64),
         )
         res = solve_assignment(problem, self.solver)
         objective = lam * snap.num_jobs - res.objective if self.p < 0 else res.objective - lam * snap.num_jobs

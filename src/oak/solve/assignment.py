@@ -19,8 +19,13 @@ method sees them, :func:`snap_values` rounds every value to a dyadic grid: multi
 (``VALUE_GRID_BITS``). Every sum of up to 2^28 snapped values is then exact in float64, so the methods compare
 allocations exactly: a few ulps of noise moves a value across a grid point with probability ≈ 2^-25 (not at all
 when the noise is absent), two indistinguishable jobs tie exactly, and each method's fixed, documented tie rule
-(the DP: leave a job out first, then the configuration of lowest index) decides. Nothing downstream reads a
-CPU-dependent kernel: no BLAS products and only stable sorts (tests/test_portable.py).
+(the DP: leave a job out first, then the configuration of lowest index) decides. A problem may name each job's
+current configuration (``prefer``): it gets a tie bonus of q·2^-TIE_BITS, so that among allocations the grid cannot
+tell apart the one that moves fewest jobs wins (the bonuses of all jobs together stay below one step while there are
+fewer than 2^TIE_BITS jobs). The exact DPs (``dp`` and the core DP that makes ``auto`` exact) honour it; HiGHS and
+the price method treat differences below their 1e-9 tolerances as ties and break them their own way, as
+deterministically, their inputs being the same on every CPU. Nothing downstream reads a CPU-dependent kernel: no BLAS products and only stable
+sorts (tests/test_portable.py).
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ DP_DIRECT_WORK = 2_000_000
 #: Values are snapped to multiples of 2^-VALUE_GRID_BITS of the binade of the round's largest |value| (module doc).
 VALUE_GRID_BITS = 24
 
+#: A job's current configuration is worth q·2^-TIE_BITS more than the grid says (module doc): ties keep jobs in place.
+TIE_BITS = 16
+
 
 def value_quantum(value: FloatArray, valid: BoolArray) -> float:
     """The grid step q = 2^(e − VALUE_GRID_BITS) for the largest finite |value| among ``valid`` entries, which lies
@@ -70,11 +78,12 @@ def value_quantum(value: FloatArray, valid: BoolArray) -> float:
     return float(np.ldexp(1.0, int(e) - (mantissa == 0.5) - VALUE_GRID_BITS))
 
 
-def snap_values(value: FloatArray, valid: BoolArray) -> FloatArray:
+def snap_values(value: FloatArray, valid: BoolArray, prefer: IntArray | None = None) -> FloatArray:
     """``value`` with every finite ``valid`` entry rounded to the nearest multiple of :func:`value_quantum` (halves
     to even), a positive value to at least one step and a negative one to at most minus one step, so that worth
     more (or less) than leaving a job out stays so. Other entries are returned as they are. Exact arithmetic:
-    scaling by a power of two and rounding to an integer lose nothing else."""
+    scaling by a power of two and rounding to an integer lose nothing else. ``prefer`` (J,): each job's current
+    configuration (−1: none), which gets the tie bonus q·2^-TIE_BITS on top of its grid value."""
     q = value_quantum(value, valid)
     if q == 0.0:
         return value
@@ -82,7 +91,13 @@ def snap_values(value: FloatArray, valid: BoolArray) -> FloatArray:
     with np.errstate(invalid="ignore", over="ignore"):
         k = np.rint(np.where(mask, value, 0.0) / q)
     k = np.where(value > 0, np.maximum(k, 1.0), np.where(value < 0, np.minimum(k, -1.0), 0.0))
-    return np.where(mask, k * q, value)
+    out = np.where(mask, k * q, value)
+    if prefer is not None:
+        rows = np.flatnonzero(prefer >= 0)
+        cols = prefer[rows]
+        keep = mask[rows, cols]
+        out[rows[keep], cols[keep]] += np.ldexp(q, -TIE_BITS)
+    return out
 
 
 def dot(a: FloatArray | IntArray, b: FloatArray | IntArray) -> FloatArray:
@@ -93,7 +108,8 @@ def dot(a: FloatArray | IntArray, b: FloatArray | IntArray) -> FloatArray:
 
 @dataclass(frozen=True, eq=False)
 class AssignmentProblem:
-    """value/valid: (J, C); gpus/gpu_type: (C,); capacity: (T,) GPUs; forced: (J,) config or −1."""
+    """value/valid: (J, C); gpus/gpu_type: (C,); capacity: (T,) GPUs; forced: (J,) config or −1; prefer: (J,) the
+    configuration each job holds now or −1, kept when the grid cannot tell it from another (module doc)."""
 
     value: FloatArray
     valid: BoolArray
@@ -101,6 +117,7 @@ class AssignmentProblem:
     gpu_type: IntArray
     capacity: IntArray
     forced: IntArray | None = None
+    prefer: IntArray | None = None
 
     @property
     def num_jobs(self) -> int:
@@ -238,10 +255,12 @@ def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> Assign
 
 def snapped(problem: AssignmentProblem) -> AssignmentProblem:
     """The problem with its values on the grid of :func:`snap_values` (the same object when nothing moves)."""
-    value = snap_values(problem.value, problem.valid)
+    value = snap_values(problem.value, problem.valid, problem.prefer)
     if value is problem.value or np.array_equal(value, problem.value):
         return problem
-    return AssignmentProblem(value, problem.valid, problem.gpus, problem.gpu_type, problem.capacity, problem.forced)
+    return AssignmentProblem(
+        value, problem.valid, problem.gpus, problem.gpu_type, problem.capacity, problem.forced, problem.prefer
+    )
 
 
 def _grid_slack(given: FloatArray, on_grid: FloatArray, valid: BoolArray) -> float:

@@ -50,6 +50,7 @@ def test_hardware_events_are_the_same_for_every_policy(model: str) -> None:
     assert all(r.summary()["node_failures"] >= len(first) for r in runs.values())
 
 
+@pytest.mark.long
 def test_no_job_is_placed_on_a_node_under_repair() -> None:
     sim = _sim(STORMY)
     seen_down = []
@@ -168,6 +169,7 @@ def test_cluster_capacity_is_restored_after_repair() -> None:
     assert dataclasses.replace(PhysicsOptions(), failure_model="rsc1").failure_model == "rsc1"
 
 
+@pytest.mark.long
 def test_failure_study_quick(tmp_path: Path) -> None:
     """``scripts/failure-study --quick``: the study's table, plots and runs; paired node failures per model."""
     script = Path(__file__).resolve().parents[1] / "scripts" / "failure-study"

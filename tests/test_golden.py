@@ -20,6 +20,7 @@ from golden import golden  # tests/golden/golden.py (tests/ is on sys.path under
 pytestmark = pytest.mark.portable
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("case", golden.CASES, ids=[c.name for c in golden.CASES])
 def test_golden_results_do_not_move(case: golden.Case) -> None:
     want = json.loads(golden.path_of(case).read_text(encoding="utf-8"))

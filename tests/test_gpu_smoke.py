@@ -17,6 +17,7 @@ pytest.importorskip("torch")
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu-smoke"
 
 
+@pytest.mark.long
 def test_gpu_smoke_passes_on_cpu_slots() -> None:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--cpu", "--steps", "36", "--timeout", "240"],

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from oak.reproduce.experiments import EXPERIMENTS
 
 
+@pytest.mark.long
 def test_reproduce_all_quick(tmp_path: Path) -> None:
     out = tmp_path / "quick"
     cmd = [
@@ -50,6 +53,7 @@ def _reproduce(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
 
 
+@pytest.mark.long
 def test_restart_aware_study_quick_with_a_trace(tmp_path: Path) -> None:
     """The product's study end to end: paper-12 workloads and a Sia-format trace on sia-64, goal verdicts."""
     traces = tmp_path / "traces"
@@ -74,6 +78,7 @@ def test_restart_aware_traces_errors(tmp_path: Path) -> None:
     assert res.returncode == 2 and "bad.csv:2" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.long
 def test_reproduce_under_both_rule_sets_compares_the_claims(tmp_path: Path) -> None:
     """``--rules sia-artifact`` runs into the same store as the default rules; the report shows the claims under
     every rule set stored (with the same other options) and both readings of the paper's "Sia" side by side."""

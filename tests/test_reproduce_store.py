@@ -74,6 +74,8 @@ def test_quick_plan_covers_every_experiment() -> None:
     assert paper["oak-paper"] == 1 and paper["pollux"] == 5
 
 
+@pytest.mark.long
+@pytest.mark.xdist_group("ray")
 def test_ray_backend_matches_local(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     import ray

@@ -76,6 +76,7 @@ def test_fixed_steps_decide_only_on_the_grid() -> None:
     assert np.all(fixed["time_s"] % 60.0 == 0)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("policy", ["oak-paper", "goodput", "gavel", "drf"])
 def test_restores_are_not_preempted(policy: str) -> None:
     """Policies that honour ``kept`` (the round programs) and those the simulator holds to it (gavel, drf)."""

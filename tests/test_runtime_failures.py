@@ -237,6 +237,7 @@ def test_worker_usage_error_ends_the_job_with_its_log(tmp_path: Path) -> None:
     assert "rank0.log" in note and "no data_batch_* files" in note
 
 
+@pytest.mark.long
 @torch_missing
 def test_frozen_rank_is_detected_as_a_stall(tmp_path: Path) -> None:
     """SIGSTOP freezes the job's rank mid-run (as a hung collective does): its status.json stops updating,

@@ -23,6 +23,8 @@ from oak.runtime.ray_executor import RayExecutor  # noqa: E402
 from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler, newest_checkpoint_step  # noqa: E402
 from support.runtime import check_done  # noqa: E402  (same completion check as the local executor)
 
+pytestmark = [pytest.mark.xdist_group("ray")]
+
 TWO_JOBS = """
 jobs:
   - {name: a, model: tiny, target_steps: 120, min_gpus: 1, max_gpus: 2, submit_s: 0, batch_size: 32,
@@ -80,6 +82,7 @@ def _wait_for(cond: object, timeout_s: float) -> bool:
     return False
 
 
+@pytest.mark.long
 def test_scheduler_completes_two_jobs_on_ray(tmp_path: Path) -> None:
     jobs = parse_jobs(TWO_JOBS, "two.yaml")
     opts = RuntimeOptions(devices=2, round_s=3.0, seed=3, tick_s=0.1, time_limit_s=150)

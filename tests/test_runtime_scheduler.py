@@ -40,6 +40,7 @@ STORMY_SEED = 259
 STORMY_ROUND_S = 3.0
 
 
+@pytest.mark.long
 def test_jobs_complete_under_failures_and_counters_grow(tmp_path: Path) -> None:
     from oak.failures import rng
 
@@ -87,6 +88,7 @@ def test_single_job_jct_close_to_uninterrupted_run(tmp_path: Path) -> None:
     assert jct <= 2.0 * direct + 5.0 + 10.0, (jct, direct)
 
 
+@pytest.mark.long
 def test_scheduler_sigkill_resumes_every_job(tmp_path: Path) -> None:
     """SIGKILL the scheduler mid-run; a new scheduler on the same run directory reaps the orphaned workers
     and finishes every job, each with exactly its target steps and no two incarnations at once."""
@@ -158,6 +160,7 @@ def test_jobs_file_errors_name_line_and_field(text: str, expected: str) -> None:
     assert str(exc.value).startswith("two.yaml")
 
 
+@pytest.mark.long
 def test_corrupt_newest_checkpoint_is_skipped_and_counted(tmp_path: Path) -> None:
     """Interrupt a run, corrupt the job's newest checkpoint, resume: the worker falls back to the previous
     valid checkpoint, the job still ends with exactly its target steps, and the run records the loss."""

@@ -53,6 +53,8 @@ from support.cli import oak  # noqa: E402
 from support.runtime import check_done  # noqa: E402
 from support.service import start_server  # noqa: E402
 
+pytestmark = [pytest.mark.xdist_group("slurm")]
+
 LONG = """
 jobs:
   - {name: x, model: tiny, target_steps: 100000, max_gpus: 4, batch_size: 32, ckpt_every: 1000}
@@ -144,6 +146,7 @@ def _gone(pid: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- end to end
+@pytest.mark.long
 def test_four_job_example_completes_under_injected_failures(tmp_path: Path) -> None:
     """examples/four-cifar.yaml (tiny model, steps padded to 20 ms) under --backend slurm, λ = 0.1, seed 1."""
     spec = yaml.safe_load((ROOT / "examples" / "four-cifar.yaml").read_text())
@@ -168,6 +171,7 @@ def test_four_job_example_completes_under_injected_failures(tmp_path: Path) -> N
     assert not [i for i in issues if "not this scheduler's" in i or "not intended" in i], issues
 
 
+@pytest.mark.long
 def test_a_downed_node_fails_the_job_which_is_relaunched_and_completes(tmp_path: Path) -> None:
     jobs_file = tmp_path / "one.yaml"
     jobs_file.write_text(
@@ -208,6 +212,7 @@ def test_a_downed_node_fails_the_job_which_is_relaunched_and_completes(tmp_path:
     assert _active_of(run_dir) == {}
 
 
+@pytest.mark.long
 def test_a_killed_scheduler_restarted_on_its_run_directory_leaves_no_slurm_job(tmp_path: Path) -> None:
     jobs_file = tmp_path / "two.yaml"
     jobs_file.write_text(

@@ -229,6 +229,7 @@ def test_learned_goodput_fits_the_jobs_own_step_times(service: tuple[ServiceSche
 
 
 # ---------------------------------------------------------------------------------------------- the acceptance run
+@pytest.mark.long
 def test_three_user_scripts_survive_a_sigkilled_server(tmp_path: Path) -> None:
     """The issue's 'done when': oak serve (2 CPU slots, oak, 5 s rounds), oak submit of three plain-Python
     scripts, SIGKILL of the server while they run, the same command again: every job reaches done in
@@ -293,6 +294,7 @@ def test_clients_without_a_server_say_so(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- oak run, commands
+@pytest.mark.long
 def test_oak_run_runs_a_torchrun_style_ddp_script_and_recovers_a_crashing_one(tmp_path: Path) -> None:
     """A command job on 2 ranks rendezvouses through MASTER_ADDR/MASTER_PORT (torch.distributed env://) and
     finishes; a script that crashes once (exit 1) is a failure, restarted from its own checkpoint."""

@@ -223,7 +223,7 @@ class RuntimeScheduler:
             self._build(list(self.jobs), records)
         last = time.time() - start_wall
         decide = True
-        self.interrupted = False
+        # not reset here: a stop asked for before the loop starts (another thread, a signal) must still stop it
         previous = self._install_stop_handlers()
         try:
             while not self.interrupted:
@@ -651,7 +651,7 @@ class RuntimeScheduler:
         )
         finishes = [r.finish_s for r in records if r.finish_s is not None]
         first = min((j.submit_s for j in self.jobs), default=0.0)
-        last = max(finishes) if len(finishes) == len(records) else end
+        last = max(finishes) if finishes and len(finishes) == len(records) else end
         return RunResult(
             policy=self.policy.name,
             workload=Path(self.run_dir).name,

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
@@ -15,3 +17,22 @@ def pytest_collection_modifyitems(config: object, items: list[object]) -> None:
     """Tests marked ``long`` (tens of seconds each) run first, in collection order otherwise: under pytest-xdist a
     long test that starts last would leave the other workers idle while it finishes."""
     items.sort(key=lambda item: 0 if item.get_closest_marker("long") is not None else 1)  # type: ignore[attr-defined]
+
+
+def pytest_configure(config: Any) -> None:
+    """Under pytest-xdist, the controller compiles the numba kernels into numba's cache in the background
+    (support/warm_numba.py) while the workers start, so that they load them instead of each compiling them."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    config.oak_warm_numba = subprocess.Popen(
+        [sys.executable, str(Path(_TESTS) / "support" / "warm_numba.py")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def pytest_unconfigure(config: Any) -> None:
+    warm = getattr(config, "oak_warm_numba", None)
+    if warm is not None and warm.poll() is None:
+        warm.kill()
+        warm.wait()

@@ -233,3 +233,37 @@ def test_a_displaced_job_takes_idle_gpus_rather_than_wait() -> None:
     alloc = RestartAwareOakPolicy(max_wait_s=math.inf).decide(snap)
     assert snap.config_gpus[alloc.config[1]] == 8  # the valuable job displaces it
     assert alloc.config[0] >= 0 and snap.config_gpus[alloc.config[0]] == 4  # and it moves rather than idles
+
+
+def test_under_a_growth_cap_r_keeps_a_failing_job_from_doubling() -> None:
+    """The lock-in under the Sia artifact's 2× exploration cap, on one round: a job alone on the cluster holds 2
+    GPUs and may grow to 4, which nearly doubles its goodput (×1.97, as ImageNet's on paper-12); failures have
+    taken half its time (r = T_progress/(T_progress + T_ckpt + P) ≈ 0.49), and its remaining run dwarfs one
+    restore (s ≈ 1). Moving is worth (1.97·r·s)^p < 1^p, so the product stays on 2 GPUs; valuing the move by
+    what it costs (s alone, ``move_restart_factor=False``) takes the 4."""
+    base = random_snapshot(np.random.default_rng(3), PAPER_12, 1)
+    gpus = np.asarray(base.config_gpus)
+    two, four = (int(np.flatnonzero(gpus == g)[0]) for g in (2, 4))
+    valid = (gpus <= 4)[None, :]
+    goodput = np.where(valid, 0.0, 0.0)
+    goodput[0, gpus == 1] = 0.55
+    goodput[0, gpus == 2] = 1.0
+    goodput[0, gpus == 4] = 1.97
+    snap = dataclasses.replace(
+        base,
+        goodput=frozen_array(goodput, np.float64),
+        progress_rate=frozen_array(goodput, np.float64),
+        valid=frozen_array(valid, bool),
+        current=frozen_array([two], np.int64),
+        restoring=frozen_array([False], bool),
+        t_progress_s=frozen_array([10_000.0], np.float64),
+        t_ckpt_s=frozen_array([10_000.0], np.float64),
+        restarts=frozen_array([40], np.int64),
+        restart_penalty_s=frozen_array([250.0], np.float64),
+        remaining_work=frozen_array([1e6], np.float64),
+    )
+    s = switching_factor(snap)[0, four]
+    r = 10_000.0 / (20_000.0 + 250.0)
+    assert s > 0.99 and 1.97 * r * s < 1.0  # the bar a doubling must clear: G_4/G_2 > 1/(r·s)
+    assert make_policy("oak").decide(snap).config[0] == two
+    assert RestartAwareOakPolicy(move_restart_factor=False).decide(snap).config[0] == four

@@ -72,13 +72,15 @@ def switching_factor(snap: RoundSnapshot) -> FloatArray:
     return np.clip(np.where(np.isfinite(s), s, 0.0), 0.0, 1.0)
 
 
-def move_factor(snap: RoundSnapshot, switching: bool = True) -> FloatArray:
-    """(J, C) m_ij: 1 on a job's current configuration and for jobs without GPUs; r_i·s_ij elsewhere."""
+def move_factor(snap: RoundSnapshot, switching: bool = True, restart_factor: bool = True) -> FloatArray:
+    """(J, C) m_ij: 1 on a job's current configuration and for jobs without GPUs; r_i·s_ij elsewhere (s_ij alone
+    without ``restart_factor``, 1 without ``switching``)."""
     j, c = snap.goodput.shape
     held = np.flatnonzero(snap.current >= 0)
-    r = restart_factor_decomposed(snap.t_progress_s, snap.t_ckpt_s, snap.restart_penalty_s)
     m = np.ones((j, c))
-    m[held] = r[held, None]
+    if restart_factor:
+        r = restart_factor_decomposed(snap.t_progress_s, snap.t_ckpt_s, snap.restart_penalty_s)
+        m[held] = r[held, None]
     if switching:
         m[held] *= switching_factor(snap)[held]
     m[held, snap.current[held]] = 1.0
@@ -144,6 +146,11 @@ class RestartAwareOakPolicy(PolicyBase):
     name: str = "oak"
     #: place on the nodes with the fewest observed failures first (``Policy.avoids_failing_nodes``)
     failure_aware: bool = True
+    #: multiply a move's goodput by the decomposed restart factor r (the share of the job's past lost to restores).
+    #: False values a move by s alone — what the move itself costs over the remaining run. Under a growth cap (the
+    #: Sia artifact's 2× exploration) r ≈ 0.5 after repeated failures keeps a job from ever doubling when its
+    #: goodput scales slightly sub-linearly (docs/model.md, "Growth under an exploration cap").
+    move_restart_factor: bool = True
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.p) and self.p >= 0):
@@ -178,7 +185,7 @@ class RestartAwareOakPolicy(PolicyBase):
 
     def utility(self, snap: RoundSnapshot) -> FloatArray:
         """(J, C) U_ij = (G_ij·m_ij)^p·K_i; 0 where invalid."""
-        u = np.power(snap.goodput * move_factor(snap, self.switching), self.p)
+        u = np.power(snap.goodput * move_factor(snap, self.switching, self.move_restart_factor), self.p)
         if self.age_key:
             u = u * age_key(snap.t_queue_s, self.alpha, self.k_max)[:, None]
         return np.where(snap.valid, u, 0.0)

@@ -497,3 +497,14 @@ def test_learned_goodput_priors_and_exploration() -> None:
     apps = learned.catalog([named, plain], [rn, rp]).apps
     assert apps["job:p"].m0 == apps["job:p"].m_max == 128 and "job:n" in apps
     assert learned.total(plain, rp) == 2 and learned.fraction(plain, rp) == 0.0  # unknown total: ~half done
+
+
+def test_sigterm_of_a_service_with_no_jobs_exits_0(tmp_path: Path) -> None:
+    """A server that never got a job stops cleanly on SIGTERM (it used to end in ``max() arg is an empty
+    sequence``, exit 1, while summing up a run with no jobs)."""
+    run_dir = tmp_path / "run"
+    with open(tmp_path / "serve.log", "w+") as log:
+        server = start_server([*MAIN, "serve", "--run-dir", str(run_dir), "--cpu-slots", "1"], run_dir, log)
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    assert "Traceback" not in (tmp_path / "serve.log").read_text()

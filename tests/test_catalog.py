@@ -18,6 +18,9 @@ from oak.catalog.profiles import Observations, profile_files, read_observations,
 from oak.errors import OakInputError
 from oak.goodput import ThroughputParams
 
+#: its module-scoped fixtures are built once, on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_catalog")
+
 #: ../shared beside the repository root (<root>/tests/test_catalog.py -> <root>/../shared/...).
 PROFILES = Path(__file__).resolve().parents[2] / "shared" / "data" / "sia" / "profiles"
 needs_profiles = pytest.mark.skipif(

@@ -22,6 +22,9 @@ from oak.goodput import (
     throughput,
 )
 
+#: its module-scoped fixtures are built once, on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_goodput")
+
 P = ThroughputParams(alpha_c=0.02, beta_c=7e-4, alpha_n=0.13, beta_n=2.6e-3, alpha_r=0.035, beta_r=1.5e-3, gamma=2.0)
 
 

@@ -26,6 +26,9 @@ from oak.sim import Simulator
 from oak.workloads import load_workload
 from support.snapshots import uniform_goodput
 
+#: its module-scoped fixtures are built once, on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_pollux")
+
 
 def make_snapshot(
     cluster: Cluster,

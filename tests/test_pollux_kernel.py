@@ -17,6 +17,9 @@ from oak.policies.pollux import PolluxPolicy, PolluxProblem
 from oak.sim import Simulator
 from oak.workloads import load_workload
 
+#: its module-scoped fixtures are built once, on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_pollux_kernel")
+
 
 def kernel_repair(prob: PolluxProblem, x: np.ndarray, seed: int) -> np.ndarray:
     y = np.array(x, dtype=np.int64)

@@ -21,6 +21,9 @@ from oak.reproduce.stats import mean_ci, paired_delta, paired_table
 from oak.reproduce.store import ResultsStore
 from oak.sim.compare import RunSpec
 
+#: its module-scoped fixtures are built once, on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_report")
+
 PLAN = SeedPlan(seeds=2, quick=True)
 NAMES = ["table2", "table3-ablation", "fig7-cdf"]
 T_975_DF2 = 4.302652729911275  # Student's t, 97.5 % quantile, 2 degrees of freedom

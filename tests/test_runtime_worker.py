@@ -31,6 +31,9 @@ torch = pytest.importorskip("torch")
 from oak.errors import OakInputError  # noqa: E402
 from oak.runtime import checkpoint, data, launch, models, worker  # noqa: E402
 
+#: its module-scoped fixtures are built once, on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_runtime_worker")
+
 TINY = ["--model", "tiny", "--batch-size", "32", "--threads", "1", "--status-interval", "0.05", "--device", "cpu"]
 
 

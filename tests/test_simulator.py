@@ -13,6 +13,9 @@ from oak.policies import make_policy
 from oak.sim import PhysicsOptions, Simulator
 from oak.workloads import Workload, load_workload
 
+#: its module-scoped fixtures are built once, on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("test_simulator")
+
 
 @pytest.fixture(scope="module")
 def small_sim() -> Simulator:

@@ -259,7 +259,8 @@ def test_three_user_scripts_survive_a_sigkilled_server(tmp_path: Path) -> None:
             out = oak("status", "--run-dir", str(run_dir), "--json")
             assert out.returncode == 0, out.stderr
             state = json.loads(out.stdout)
-            if state["live"] and all(r["state"] == "done" for r in state["jobs"]):
+            # the restarted server lists no job until it has loaded them: all() of nothing is not "all done"
+            if state["live"] and len(state["jobs"]) == 3 and all(r["state"] == "done" for r in state["jobs"]):
                 break
             assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             time.sleep(1.0)
@@ -505,6 +506,12 @@ def test_sigterm_of_a_service_with_no_jobs_exits_0(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     with open(tmp_path / "serve.log", "w+") as log:
         server = start_server([*MAIN, "serve", "--run-dir", str(run_dir), "--cpu-slots", "1"], run_dir, log)
+        # its socket answers before the scheduler's loop has installed the SIGTERM handler; metrics.prom is
+        # written from inside the loop
+        deadline = time.monotonic() + 60
+        while not (run_dir / "metrics.prom").exists():
+            assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            time.sleep(0.1)
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=60) == 0, (tmp_path / "serve.log").read_text()[-3000:]
     assert "Traceback" not in (tmp_path / "serve.log").read_text()

@@ -257,7 +257,9 @@ def _table(state: dict[str, Any], live: bool, run_dir: Path) -> Table:
         ("T_queue s", "right"),
         ("lost steps", "right"),
     ):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+        # the state is what a reader looks for: never squeezed or wrapped on a narrow terminal or in a pipe (80 columns)
+        wide = {"min_width": len("restoring"), "no_wrap": True} if col == "state" else {}
+        t.add_column(col, justify=just, **wide)  # type: ignore[arg-type]
     colour = {
         "running": "green",
         "restoring": "yellow",

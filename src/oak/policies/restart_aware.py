@@ -194,7 +194,6 @@ class RestartAwareOakPolicy(PolicyBase):
         # a move is never worth less than idling (MIN_MOVE_VALUE): a job displaced from its configuration takes
         # GPUs it fits rather than wait beside them, however little of its run a restore leaves (s → 0)
         value = np.where(snap.valid, np.maximum(self.utility(snap) - self.theta, MIN_MOVE_VALUE), 0.0)
-        value = snap_values(value, snap.valid)  # the solver's grid (idempotent): admit_starving compares these too
         kept = forced_configs(snap, kept_while_restoring(snap) if self.keep_restoring else None)
         forced = kept if kept is not None else np.full(snap.num_jobs, -1, dtype=np.int64)
         ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None
@@ -206,7 +205,8 @@ class RestartAwareOakPolicy(PolicyBase):
             streak = waiting_streak(snap, ledger)
             starving = (streak >= self.max_wait_s) & snap.valid.any(axis=1)
             if starving.any():
-                forced = admit_starving(snap, value, forced, streak, starving)
+                # on the solver's grid, as solve_assignment compares: a tie between configurations is a tie
+                forced = admit_starving(snap, snap_values(value, snap.valid), forced, streak, starving)
         problem = AssignmentProblem(
             value=value,
             valid=snap.valid,

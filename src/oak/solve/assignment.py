@@ -254,9 +254,9 @@ def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> Assign
 
 
 def snapped(problem: AssignmentProblem) -> AssignmentProblem:
-    """The problem with its values on the grid of :func:`snap_values` (the same object when nothing moves)."""
+    """The problem with its values on the grid of :func:`snap_values` (the same object when there are none)."""
     value = snap_values(problem.value, problem.valid, problem.prefer)
-    if value is problem.value or np.array_equal(value, problem.value):
+    if value is problem.value:
         return problem
     return AssignmentProblem(
         value, problem.valid, problem.gpus, problem.gpu_type, problem.capacity, problem.forced, problem.prefer

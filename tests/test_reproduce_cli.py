@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,20 +12,25 @@ import pytest
 from oak.reproduce.experiments import EXPERIMENTS
 
 
+def _reproduce(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-c", "from oak.cli.main import main; main()", "reproduce", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+
+
 @pytest.mark.long
-def test_reproduce_all_quick(tmp_path: Path) -> None:
+def test_reproduce_all_quick_then_both_rule_sets_into_one_store(tmp_path: Path) -> None:
+    """``all --quick`` with every section and figure of the report; the product's study with a trace; a rerun
+    resumes (simulates nothing); then ``--rules sia-artifact`` runs into the same store as the default rules, and the report shows the claims under
+    every rule set stored (with the same other options) and both readings of the paper's "Sia" side by side."""
     out = tmp_path / "quick"
-    cmd = [
-        sys.executable,
-        "-c",
-        "from oak.cli.main import main; main()",
-        "reproduce",
-        "all",
-        "--quick",
-        "--out",
-        str(out),
-    ]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, check=False)
+
+    def header() -> str:
+        report = (out / "report.md").read_text(encoding="utf-8")
+        return next(
+            line for line in report.splitlines() if line.startswith("| id | paper's claim | ") and "rules" in line
+        )
+
+    res = _reproduce("all", "--quick", "--out", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
     report = (out / "report.md").read_text(encoding="utf-8")
     for exp in EXPERIMENTS.values():
@@ -34,10 +40,44 @@ def test_reproduce_all_quick(tmp_path: Path) -> None:
     for name in figures:
         assert f"figures/{name}" in report
     assert (out / "report.html").stat().st_size > 10_000
+    assert "default rules, “Sia” = sia-paper" in header() and "sia-artifact" not in header()
+
+    # The product's study, with a Sia-format trace on sia-64, into the same store: it reuses the paper's runs it
+    # shares (same key) and simulates only its own
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    rows = [f"j{i},{60 * i},{'cifar10' if i % 2 else 'bert'},{1 + i % 4},{128 if i % 2 else 24}" for i in range(8)]
+    (traces / "t1.csv").write_text("name,time,application,num_replicas,batch_size\n" + "\n".join(rows) + "\n")
+    res = _reproduce("restart-aware", "--quick", "--traces", str(traces), "--out", str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    stored = re.search(r"(\d+) already stored", " ".join(res.stdout.split()))
+    assert stored is not None and int(stored.group(1)) > 0, res.stdout
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert EXPERIMENTS["restart-aware"].title in report
+    assert "goal checks met" in report and "| t1.csv | 0.1 |" in report
+    assert "figures/restart-aware.png" in report
+
     # Resuming: a second invocation finds every run stored and simulates nothing.
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    assert again.returncode == 0
+    again = _reproduce("table2", "--quick", "--out", str(out))
+    assert again.returncode == 0, again.stderr[-3000:]
     assert "running 0 on the local backend" in " ".join(again.stdout.split())
+
+    res = _reproduce("table2", "--quick", "--rules", "sia-artifact", "--failure-restarts", "2", "--out", str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "simulator rules: sia-artifact" in report and "a failure adds 2 to a job's restart count" in report
+    assert "default rules" not in header()  # the default runs were made with a failure adding 1
+    both = _reproduce("table2,table3-ablation", "--quick", "--failure-restarts", "2", "--out", str(out))
+    assert both.returncode == 0, both.stderr[-3000:]
+    for rules in ("default", "sia-artifact"):
+        for reading in ("goodput", "sia-paper"):
+            assert f"{rules} rules, “Sia” = {reading}" in header()
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert EXPERIMENTS["table2"].title in report and EXPERIMENTS["table3-ablation"].title in report
+    unknown = _reproduce("table2,table9", "--out", str(out))
+    assert unknown.returncode == 2 and "experiment 'table9' is unknown" in " ".join(unknown.stderr.split())
+    bad = _reproduce("table2", "--rules", "sia", "--out", str(out))
+    assert bad.returncode == 2 and "--rules 'sia'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_reproduce_rejects_unknown_experiment(tmp_path: Path) -> None:
@@ -48,26 +88,6 @@ def test_reproduce_rejects_unknown_experiment(tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
 
 
-def _reproduce(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-c", "from oak.cli.main import main; main()", "reproduce", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-
-
-@pytest.mark.long
-def test_restart_aware_study_quick_with_a_trace(tmp_path: Path) -> None:
-    """The product's study end to end: paper-12 workloads and a Sia-format trace on sia-64, goal verdicts."""
-    traces = tmp_path / "traces"
-    traces.mkdir()
-    rows = [f"j{i},{60 * i},{'cifar10' if i % 2 else 'bert'},{1 + i % 4},{128 if i % 2 else 24}" for i in range(8)]
-    (traces / "t1.csv").write_text("name,time,application,num_replicas,batch_size\n" + "\n".join(rows) + "\n")
-    res = _reproduce("restart-aware", "--quick", "--traces", str(traces), "--out", str(tmp_path / "out"))
-    assert res.returncode == 0, res.stderr[-3000:]
-    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
-    assert EXPERIMENTS["restart-aware"].title in report
-    assert "goal checks met" in report and "| t1.csv | 0.1 |" in report
-    assert "figures/restart-aware.png" in report
-
-
 def test_restart_aware_traces_errors(tmp_path: Path) -> None:
     res = _reproduce("table2", "--traces", str(tmp_path), "--out", str(tmp_path / "o"))
     assert res.returncode == 2 and "--traces applies only to the experiment restart-aware" in res.stderr
@@ -76,38 +96,3 @@ def test_restart_aware_traces_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.csv").write_text("name,time,application,num_replicas,batch_size\nj,1e308,cifar10,1,8\n")
     res = _reproduce("restart-aware", "--traces", str(tmp_path), "--out", str(tmp_path / "o"))
     assert res.returncode == 2 and "bad.csv:2" in res.stderr and "Traceback" not in res.stderr
-
-
-@pytest.mark.long
-def test_reproduce_under_both_rule_sets_compares_the_claims(tmp_path: Path) -> None:
-    """``--rules sia-artifact`` runs into the same store as the default rules; the report shows the claims under
-    every rule set stored (with the same other options) and both readings of the paper's "Sia" side by side."""
-    out = str(tmp_path / "out")
-
-    def header() -> str:
-        report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
-        return next(
-            line for line in report.splitlines() if line.startswith("| id | paper's claim | ") and "rules" in line
-        )
-
-    first = _reproduce("table2", "--quick", "--out", out)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "default rules, “Sia” = sia-paper" in header() and "sia-artifact" not in header()
-    res = _reproduce("table2", "--quick", "--rules", "sia-artifact", "--failure-restarts", "2", "--out", out)
-    assert res.returncode == 0, res.stderr[-3000:]
-    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
-    assert "simulator rules: sia-artifact" in report and "a failure adds 2 to a job's restart count" in report
-    assert "default rules" not in header()  # the default runs were made with a failure adding 1
-    again = _reproduce("table2", "--quick", "--failure-restarts", "2", "--out", out)
-    assert again.returncode == 0, again.stderr[-3000:]
-    for rules in ("default", "sia-artifact"):
-        for reading in ("goodput", "sia-paper"):
-            assert f"{rules} rules, “Sia” = {reading}" in header()
-    both = _reproduce("table2,table3-ablation", "--quick", "--failure-restarts", "2", "--out", out)
-    assert both.returncode == 0, both.stderr[-3000:]
-    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
-    assert EXPERIMENTS["table2"].title in report and EXPERIMENTS["table3-ablation"].title in report
-    unknown = _reproduce("table2,table9", "--out", out)
-    assert unknown.returncode == 2 and "experiment 'table9' is unknown" in " ".join(unknown.stderr.split())
-    bad = _reproduce("table2", "--rules", "sia", "--out", out)
-    assert bad.returncode == 2 and "--rules 'sia'" in bad.stderr and "Traceback" not in bad.stderr

@@ -24,15 +24,18 @@ def pytest_configure(config: Any) -> None:
     (support/warm_numba.py) while the workers start, so that they load them instead of each compiling them."""
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return
-    config.oak_warm_numba = subprocess.Popen(
-        [sys.executable, str(Path(_TESTS) / "support" / "warm_numba.py")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    config.oak_warm_numba = [
+        subprocess.Popen(
+            [sys.executable, str(Path(_TESTS) / "support" / "warm_numba.py"), policy],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for policy in ("pollux", "hybrid-oak")  # their kernels are separate modules: compiled side by side
+    ]
 
 
 def pytest_unconfigure(config: Any) -> None:
-    warm = getattr(config, "oak_warm_numba", None)
-    if warm is not None and warm.poll() is None:
-        warm.kill()
-        warm.wait()
+    for warm in getattr(config, "oak_warm_numba", ()):
+        if warm.poll() is None:
+            warm.kill()
+            warm.wait()

@@ -215,3 +215,37 @@ def test_markdown_to_html_subset() -> None:
     assert '<th class="paper">paper b</th>' in out and "<td>1 | 2</td>" in out
     png = markdown_to_html("![alt](figures/x.png)\n", {"figures/x.png": PNG_MAGIC})
     assert 'src="data:image/png;base64,iVBORw0KGgo="' in png
+
+
+def test_the_product_study_shows_every_rule_set_side_by_side(tmp_path: Path) -> None:
+    """`restart-aware` run under the default rules and the Sia artifact's into one store: a column per rule set,
+    each cell's ratios computed from that rule set's runs (small, λ = 0.1, one seed; Pollux left out)."""
+    from oak.engine.rules import PhysicsOptions, with_rules
+
+    def small_only(plan: SeedPlan) -> list[Cell]:
+        physics = with_rules(PhysicsOptions(failure_restarts=plan.failure_restarts), plan.rules)
+        return [
+            Cell(
+                (("policy", pol), ("workload", "small"), ("failure_rate", 0.1)),
+                (RunSpec(pol, "small", 0.1, 0, physics=physics),),
+            )
+            for pol in ("oak", "sia", "oak-paper")
+        ]
+
+    store = ResultsStore(tmp_path / "store")
+    plans = [SeedPlan(seeds=1, rules=rules) for rules in ("default", "sia-artifact")]
+    with pytest.MonkeyPatch.context() as mp:
+        e = experiments.EXPERIMENTS["restart-aware"]
+        mp.setitem(experiments.EXPERIMENTS, "restart-aware", Experiment(e.name, e.title, e.paper_ref, small_only))
+        for plan in plans:
+            execute([s for c in small_only(plan) for s in c.specs], store, workers=1)
+        md = (write_report(tmp_path / "out", ["restart-aware"], plans[1], store, wall_s=1.0)).read_text()
+        table = next(t for t in _tables(md) if "sia-artifact, a failure adds 1" in t[0])
+        assert _header(table)[2:] == ["default, a failure adds 1", "sia-artifact, a failure adds 1"]
+        row = next(line for line in table if line.startswith("| small | 0.1 |"))
+        cells = [c.strip() for c in row.strip().strip("|").split("|")][2:]
+        for plan, cell in zip(plans, cells, strict=True):
+            runs = store.runs([s for c in small_only(plan) for s in c.specs]).set_index("policy")
+            ratio = runs.loc["oak", "mean_jct_s"] / runs.loc["sia", "mean_jct_s"]
+            assert cell.startswith(f"{ratio:.2f}×"), (cell, ratio)
+            assert re.search(r"· [0-4]/4$", cell), cell

@@ -90,7 +90,7 @@ class Results:
         return self._cells[(name, metric)]
 
     def jobs(self, name: str) -> pd.DataFrame:
-        """Per-job JCTs of the stored runs of ``name``: cell_id, labels, seed, key, jct (censored at the
+        """Per-job JCTs of the stored runs of ``name``: cell_id, labels, seed, key, the job's name, jct (censored at the
         horizon for unfinished jobs) and ``censored``."""
         if name not in self._jobs:
             runs = self.runs(name)
@@ -100,7 +100,7 @@ class Results:
                 frame = pd.DataFrame(columns=[*runs.columns, "jct", "censored"])
             else:
                 labels = [c for c in ("cell_id", *LABELS, "seed", "physics_json") if c in runs.columns]
-                frame = jobs[["key", "jct_s", "submit_s"]].merge(runs[["key", *labels]], on="key")
+                frame = jobs[["key", "name", "jct_s", "submit_s"]].merge(runs[["key", *labels]], on="key")
                 horizon = frame["physics_json"].map(_horizon)
                 frame["censored"] = frame["jct_s"].isna()
                 frame["jct"] = frame["jct_s"].fillna(horizon - frame["submit_s"])

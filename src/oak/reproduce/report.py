@@ -779,6 +779,77 @@ def restart_aware_goals(lam: float, oak: pd.Series, sia: pd.Series) -> dict[str,
     }
 
 
+#: a job whose JCT under ``oak`` exceeds this multiple of its JCT under ``oak-paper`` in the same seed is locked in
+#: (issue [explore-aware]: a job held small while it could grow)
+LOCK_IN_RATIO = 1.5
+
+
+def _locked_in(res: Results, name: str, wl: Any, lam: float) -> int | None:
+    """Jobs (over seeds) whose JCT under ``oak`` exceeds LOCK_IN_RATIO × their JCT under ``oak-paper`` in the
+    same seed; None without both policies' jobs."""
+    jobs = res.jobs(name)
+    if jobs.empty:
+        return None
+    cell = jobs[(jobs["workload"] == wl) & (jobs["failure_rate"] == lam)]
+    oak, ref = (cell[cell["policy"] == p] for p in ("oak", "oak-paper"))
+    if oak.empty or ref.empty:
+        return None
+    both = oak.merge(ref[["seed", "name", "jct"]], on=["seed", "name"], suffixes=("", "_ref"))
+    return int((both["jct"] > LOCK_IN_RATIO * both["jct_ref"]).sum())
+
+
+def _by_rule_set(res: Results, name: str) -> list[str]:
+    """The study's goal verdicts under every simulator rule set and restarts-per-failure with runs in the store
+    (same seeds and other options), one column each; nothing when only one has data."""
+    from oak.engine.rules import RULES
+
+    columns: list[tuple[str, Results]] = []
+    for rules in RULES:
+        for k in (1, 2):
+            plan = dataclasses.replace(res.plan, rules=rules, failure_restarts=k)
+            r2 = res if (rules, k) == (res.plan.rules, res.plan.failure_restarts) else Results(plan, res.store)
+            if r2.runs(name)["stored"].any():
+                columns.append((f"{rules}, a failure adds {k}", r2))
+    if len(columns) < 2:
+        return []
+    cells: dict[tuple[Any, float], list[str]] = {}
+    for c, (_, r2) in enumerate(columns):
+        means, maxes = r2.cells(name, "mean_jct_s"), r2.cells(name, "max_jct_s")
+        restarts = r2.cells(name, "restarts_per_job")
+        for wl in ordered(means["workload"]):
+            for lam in sorted(set(means.loc[means["workload"] == wl, "failure_rate"])):
+                got = {
+                    pol: [
+                        _get(pick(t, policy=pol, workload=wl, failure_rate=lam), "mean")
+                        for t in (means, maxes, restarts)
+                    ]
+                    for pol in ("oak", "sia", "oak-paper")
+                }
+                row = cells.setdefault((wl, float(lam)), [DASH] * len(columns))
+                if any(_nan(v) for v in got["oak"] + got["sia"]):
+                    continue
+                (om, ox, orr), (sm, sx, sr), (pm, px, _) = got["oak"], got["sia"], got["oak-paper"]
+                ref_m = min(sm, pm) if not _nan(pm) else sm
+                ref_x = min(sx, px) if not _nan(px) else sx
+                locked = _locked_in(r2, name, wl, float(lam))
+                verdicts = [om <= ref_m, ox <= ref_x, orr <= 1.1 * sr] + ([locked == 0] if locked is not None else [])
+                row[c] = (
+                    f"{fmt_ratio(om / sm)} · {fmt_ratio(ox / sx)} · {orr:.1f} / {sr:.1f} · "
+                    f"{'—' if locked is None else locked} · {sum(verdicts)}/{len(verdicts)}"
+                )
+    rows = [[Path(str(wl)).name, fmt_lam(lam), *vals] for (wl, lam), vals in cells.items()]
+    return [
+        "",
+        "Under every simulator rule set in this store (`--rules`, `--failure-restarts`; the same seeds and other "
+        "options). Each cell: mean JCT oak/sia · max JCT oak/sia · restarts per job oak / sia · jobs locked in "
+        f"(JCT under `oak` > {LOCK_IN_RATIO:g}× its JCT under `oak-paper` in the same seed, over seeds) · goals "
+        "met of: mean and max JCT ≤ both `sia`'s and `oak-paper`'s, restarts ≤ `sia`'s + 10 %, no job locked in "
+        "(issue [explore-aware]).",
+        "",
+        *md_table(["workload", "λ", *(t for t, _ in columns)], rows),
+    ]
+
+
 def section_restart_aware(res: Results, name: str) -> Section:
     sec = Section(name)
     means = res.cells(name, "mean_jct_s")
@@ -867,6 +938,7 @@ def section_restart_aware(res: Results, name: str) -> Section:
             ],
             goal_rows,
         ),
+        *_by_rule_set(res, name),
         "All policies (mean JCT ± 95 % CI over seeds, mean of the runs' max JCT, restarts per job):",
         "",
         *md_table(["workload", "λ", "policy", "mean JCT (s)", "max JCT (s)", "restarts/job", "n"], rows),

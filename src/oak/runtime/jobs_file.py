@@ -124,8 +124,50 @@ class JobsFile:
     jobs: tuple[RuntimeJob, ...]
 
 
+#: The most nodes a jobs file's aliases may expand to, all aliases together. A merge of a defaults block into each
+#: of a thousand jobs is ~10^4; an alias bomb (aliases of aliases, 10 per level) is 10^k for k levels and, if
+#: expanded, freezes the scheduler for minutes (issue [hardening], row 2).
+MAX_ALIAS_NODES = 100_000
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that keeps each mapping's line numbers (1-based) under the key ``__lines__``."""
+    """SafeLoader that keeps each mapping's line numbers (1-based) under the key ``__lines__`` and refuses
+    aliases that would expand to more than MAX_ALIAS_NODES nodes."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._alias_nodes = 0
+        self._sizes: dict[int, int] = {}
+
+    def _size(self, node: yaml.Node) -> int:
+        """Nodes of ``node`` with every alias inside expanded (memoised: shared subtrees are counted where they
+        appear, but measured once)."""
+        known = self._sizes.get(id(node))
+        if known is not None:
+            return known
+        if isinstance(node, yaml.MappingNode):
+            n = 1 + sum(self._size(k) + self._size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            n = 1 + sum(self._size(v) for v in node.value)
+        else:
+            n = 1
+        self._sizes[id(node)] = n
+        return n
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            node = self.anchors.get(event.anchor)
+            if node is not None:
+                self._alias_nodes += self._size(node)
+                if self._alias_nodes > MAX_ALIAS_NODES:
+                    raise yaml.composer.ComposerError(
+                        None,
+                        None,
+                        f"its aliases expand to more than {MAX_ALIAS_NODES:,} nodes (at alias *{event.anchor})",
+                        event.start_mark,
+                    )
+        return super().compose_node(parent, index)  # type: ignore[no-any-return]
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:

@@ -33,3 +33,22 @@ def test_aliases_within_the_limit_still_work() -> None:
     assert MAX_ALIAS_NODES > 200 * 7
     parsed = parse_jobs(text, "ok.yaml")
     assert len(parsed.jobs) == 200 and all(j.target_steps == 10 for j in parsed.jobs)
+
+
+@pytest.mark.parametrize("opener", ["[", '{"a":'])
+def test_a_request_nested_100000_deep_gets_an_error_reply(opener: str) -> None:
+    """The socket's and HTTP's request handler (``protocol._handle``): JSON nested 100,000 deep raised
+    RecursionError in the server's thread and the client got no reply; now it is refused with a reply. Brackets
+    inside strings do not count."""
+    from oak.service.protocol import MAX_REQUEST_DEPTH, _handle
+
+    closer = "]" if opener == "[" else "}"
+    deep = opener * 100_000 + "1" + closer * 100_000
+    reply = _handle(lambda op, req: {"ok": True}, deep)
+    assert reply == {"ok": False, "error": f"request nested deeper than {MAX_REQUEST_DEPTH} levels"}
+    text = '{"op": "status", "note": "' + "[{" * 1000 + '"}'
+    assert _handle(lambda op, req: {"ok": True, "op": op, **req}, text) == {
+        "ok": True,
+        "op": "status",
+        "note": "[{" * 1000,
+    }

@@ -3,6 +3,8 @@ ends in a clear error, quickly, instead of freezing or exhausting the scheduler.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from oak.errors import OakInputError
@@ -52,3 +54,12 @@ def test_a_request_nested_100000_deep_gets_an_error_reply(opener: str) -> None:
         "op": "status",
         "note": "[{" * 1000,
     }
+
+
+def test_a_request_over_the_size_limit_is_refused_before_it_is_sent(tmp_path: Path) -> None:
+    """A 10 MB jobs file: the client said "lost the connection … (Broken pipe)" when the service stopped reading
+    at 4 MiB; now it names the limit, before connecting (no service needed)."""
+    from oak.service.protocol import call
+
+    with pytest.raises(OakInputError, match=r"the submit request is 10\.0 MiB; oak serve accepts requests up to 4 MiB"):
+        call(tmp_path, "submit", text="x" * (10 * 2**20))

@@ -265,6 +265,12 @@ def _write_private(path: Path, text: str) -> None:
 def call(run_dir: Path, op: str, timeout_s: float = CLIENT_TIMEOUT_S, **args: Any) -> dict[str, Any]:
     """Send one request to the ``oak serve`` of ``run_dir`` and return its reply (raises :class:`NoServer`)."""
     path = socket_path(run_dir)
+    payload = (json.dumps({"op": op, **args}) + "\n").encode()
+    if len(payload) > MAX_REQUEST_BYTES:  # the service would stop reading and close: say why before sending
+        raise OakInputError(
+            f"{run_dir}: the {op} request is {len(payload) / 2**20:.1f} MiB; oak serve accepts requests up to "
+            f"{MAX_REQUEST_BYTES // 2**20} MiB (submit a smaller jobs file, or split it)"
+        )
     if not path.exists():
         raise NoServer(
             f"{run_dir}: no oak serve is running there (no {SOCKET_NAME}); start one with oak serve --run-dir {run_dir}"
@@ -282,7 +288,7 @@ def call(run_dir: Path, op: str, timeout_s: float = CLIENT_TIMEOUT_S, **args: An
         finally:
             if fd is not None:
                 os.close(fd)
-        s.sendall((json.dumps({"op": op, **args}) + "\n").encode())
+        s.sendall(payload)
         buf = b""
         while not buf.endswith(b"\n"):
             chunk = s.recv(1 << 16)

@@ -63,3 +63,62 @@ def test_a_request_over_the_size_limit_is_refused_before_it_is_sent(tmp_path: Pa
 
     with pytest.raises(OakInputError, match=r"the submit request is 10\.0 MiB; oak serve accepts requests up to 4 MiB"):
         call(tmp_path, "submit", text="x" * (10 * 2**20))
+
+
+class _Flaky:
+    """A user's policy that raises while ``broken`` is set, and is ``oak`` otherwise."""
+
+    name = "flaky"
+    reads_clock = True
+    needs_node_goodput = False
+    avoids_failing_nodes = False
+
+    def __init__(self) -> None:
+        from oak.policies import make_policy
+
+        self.broken = True
+        self.inner = make_policy("oak")
+
+    def decide(self, snap):  # type: ignore[no-untyped-def]
+        if self.broken:
+            raise ZeroDivisionError("a bug in the user's policy")
+        return self.inner.decide(snap)
+
+
+def test_a_raising_policy_leaves_oak_serve_serving(tmp_path: Path) -> None:
+    """A policy that raises under ``oak serve`` stopped the service (exit 1). Now the round is skipped (every job
+    keeps its devices), ``oak status`` shows the error and answers, and once the policy decides again the job
+    runs to its end."""
+    import sys
+    import threading
+    import time
+
+    from oak.runtime.scheduler import RuntimeOptions
+    from oak.service.protocol import Listeners, call
+    from oak.service.scheduler import ServiceScheduler
+
+    run_dir = tmp_path / "run"
+    policy = _Flaky()
+    sched = ServiceScheduler(policy, run_dir, RuntimeOptions(devices=1, round_s=0.5, tick_s=0.05))  # type: ignore[arg-type]
+    listeners = Listeners(run_dir, sched.request, None)
+    thread = threading.Thread(target=sched.run, daemon=True)
+    thread.start()
+    try:
+        cmd = f'[{sys.executable}, -c, "import oak.job; oak.job.report(1, total_steps=1)"]'
+        assert call(run_dir, "submit", text=f"jobs:\n  - {{name: a, command: {cmd}}}\n", source="a.yaml")["ok"]
+        deadline = time.monotonic() + 30
+        while not (state := call(run_dir, "status")).get("policy_error"):
+            assert time.monotonic() < deadline and thread.is_alive(), state
+            time.sleep(0.1)
+        assert "policy 'flaky' raised ZeroDivisionError: a bug in the user's policy" in state["policy_error"]
+        assert thread.is_alive() and {r["name"]: r["state"] for r in state["jobs"]} == {"a": "queued"}
+        policy.broken = False
+        deadline = time.monotonic() + 60
+        while (state := call(run_dir, "status"))["jobs"][0]["state"] != "done":
+            assert time.monotonic() < deadline, state
+            time.sleep(0.2)
+        assert state["policy_error"] is None
+    finally:
+        sched.interrupted = True
+        thread.join(60)
+        listeners.close()

@@ -244,6 +244,8 @@ def _table(state: dict[str, Any], live: bool, run_dir: Path) -> Table:
         if live
         else "no service running; state as last committed (jobs shown running may still run)"
     )
+    if live and state.get("policy_error"):
+        head += f"\nlast round not decided: {state['policy_error']} (jobs keep their devices)"
     t = Table(title=head, title_justify="left")
     for col, just in (
         ("job", "left"),

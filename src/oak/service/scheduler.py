@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import queue
+import sys
 import threading
 import time
 from collections import Counter
@@ -99,6 +100,8 @@ class ServiceScheduler(RuntimeScheduler):
         self._inbox: queue.Queue[_Request] = queue.Queue()
         self._lock = threading.Lock()
         self._published_state: dict[str, Any] = {"jobs": [], "time_s": 0.0, "started": False}
+        #: the last round's policy error (None once a round is decided again): in ``oak status --json``
+        self.policy_error: str | None = None
         self._metrics_at = -1.0
         self._log = log
         self.rounds_log = self.run_dir / "rounds.jsonl"
@@ -303,6 +306,7 @@ class ServiceScheduler(RuntimeScheduler):
                 "device_kind": self.opts.device_kind,
                 "policy": self.policy.name,
                 "rounds": len(self.decision_ms),
+                "policy_error": self.policy_error,
             }
         if force or now - self._metrics_at >= 1.0:
             self._metrics_at = now
@@ -346,7 +350,18 @@ class ServiceScheduler(RuntimeScheduler):
         return "\n".join(lines) + "\n"
 
     def _decide(self, records: list[JobRecord], st: JobsState, now: float) -> None:
-        super()._decide(records, st, now)
+        try:
+            super()._decide(records, st, now)
+        except Exception as exc:  # a policy (a user's plugin) that raises must not stop the service
+            # the policy raised before anything was stopped or started: every job keeps what it holds, and the
+            # next round asks the policy again
+            msg = f"policy {self.policy.name!r} raised {type(exc).__name__}: {str(exc)[:300]}"
+            if msg != self.policy_error:
+                print(f"oak serve: {msg}; jobs keep their devices, the next round asks again", file=sys.stderr)
+            self.policy_error = msg
+            self._note({"event": "policy-error", "t": round(now, 3), "error": msg})
+            return
+        self.policy_error = None
         self._note(
             {
                 "event": "round",

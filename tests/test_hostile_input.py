@@ -122,3 +122,49 @@ def test_a_raising_policy_leaves_oak_serve_serving(tmp_path: Path) -> None:
         sched.interrupted = True
         thread.join(60)
         listeners.close()
+
+
+def test_an_unwritable_job_folder_fails_that_job_not_the_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row 1: a job folder made unwritable while the job runs (``chattr +i`` as root) made the scheduler's unlink
+    of its status.json raise PermissionError: the whole service exited, and again on every restart. Now that
+    job's launch fails (counted, backed off, retried), and the other job runs to its end."""
+    import sys
+    import threading
+    import time
+
+    from oak.policies import make_policy
+    from oak.runtime.scheduler import RuntimeOptions
+    from oak.service.protocol import Listeners, call
+    from oak.service.scheduler import ServiceScheduler
+
+    real_unlink = Path.unlink
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if self.parent.name == "ro" and self.name == "status.json":
+            raise PermissionError(13, "Operation not permitted", str(self))
+        real_unlink(self, missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    run_dir = tmp_path / "run"
+    sched = ServiceScheduler(make_policy("oak"), run_dir, RuntimeOptions(devices=2, round_s=0.5, tick_s=0.05))
+    listeners = Listeners(run_dir, sched.request, None)
+    thread = threading.Thread(target=sched.run, daemon=True)
+    thread.start()
+    try:
+        cmd = f'[{sys.executable}, -c, "import oak.job; oak.job.report(1, total_steps=1)"]'
+        jobs = "".join(f"  - {{name: {n}, command: {cmd}, max_gpus: 1}}\n" for n in ("ro", "ok"))
+        assert call(run_dir, "submit", text="jobs:\n" + jobs, source="two.yaml")["ok"]
+        deadline = time.monotonic() + 60
+        while True:
+            rows = {r["name"]: r for r in call(run_dir, "status")["jobs"]}
+            if rows["ok"]["state"] == "done" and rows["ro"]["failures"] >= 1:
+                break
+            assert time.monotonic() < deadline and thread.is_alive(), rows
+            time.sleep(0.2)
+        assert thread.is_alive() and rows["ro"]["state"] != "done"
+    finally:
+        sched.interrupted = True
+        thread.join(60)
+        listeners.close()

@@ -603,10 +603,10 @@ class RuntimeScheduler:
             job = self.jobs[i]
             self._read_step(job, r)
             devs = tuple(int(g) for g in it.gpus)
-            if job.is_command:  # its first report after this launch is the new incarnation's
-                with contextlib.suppress(FileNotFoundError):
-                    (self.job_dir(job) / "status.json").unlink()
-            try:
+            try:  # a job's own I/O error (its folder made unwritable, its disk full) fails that job, not the scheduler
+                if job.is_command:  # its first report after this launch is the new incarnation's
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.job_dir(job) / "status.json").unlink()
                 self.executor.launch(Launch(job, self.job_dir(job), devs, self.opts.seed))
             except (OakInputError, RuntimeError, OSError) as exc:
                 self._launch_failed(job, r, now, exc)

@@ -54,9 +54,10 @@ def test_registry_names_the_product_and_the_paper() -> None:
         ({"max_wait_s": 0.0}, "max_wait_s="),
         ({"max_wait_s": math.nan}, "max_wait_s="),
         ({"guard_run_s": -1.0}, "guard_run_s="),
+        ({"move_restart_factor": "failures"}, "move_restart_factor='failures'; expected one of moves, all, none"),
     ],
 )
-def test_bad_parameters_are_input_errors(kwargs: dict[str, float], field: str) -> None:
+def test_bad_parameters_are_input_errors(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(OakInputError, match=field):
         RestartAwareOakPolicy(**kwargs)
 
@@ -235,12 +236,14 @@ def test_a_displaced_job_takes_idle_gpus_rather_than_wait() -> None:
     assert alloc.config[0] >= 0 and snap.config_gpus[alloc.config[0]] == 4  # and it moves rather than idles
 
 
-def test_under_a_growth_cap_r_keeps_a_failing_job_from_doubling() -> None:
+def test_failures_do_not_keep_a_job_from_doubling() -> None:
     """The lock-in under the Sia artifact's 2× exploration cap, on one round: a job alone on the cluster holds 2
     GPUs and may grow to 4, which nearly doubles its goodput (×1.97, as ImageNet's on paper-12); failures have
     taken half its time (r = T_progress/(T_progress + T_ckpt + P) ≈ 0.49), and its remaining run dwarfs one
-    restore (s ≈ 1). Moving is worth (1.97·r·s)^p < 1^p, so the product stays on 2 GPUs; valuing the move by
-    what it costs (s alone, ``move_restart_factor=False``) takes the 4."""
+    restore (s ≈ 1). With r from all its restore time (``move_restart_factor="all"``, the rule before) moving is
+    worth (1.97·r·s)^p < 1^p and the job stays on 2 GPUs for good. The product measures r from its own moves'
+    restores (1 start of 41 here: r ≈ 0.95) and takes the 4, as s alone does; a job that moved as often as this
+    one failed keeps r ≈ 0.49 and stays (r damps a job that keeps moving)."""
     base = random_snapshot(np.random.default_rng(3), PAPER_12, 1)
     gpus = np.asarray(base.config_gpus)
     two, four = (int(np.flatnonzero(gpus == g)[0]) for g in (2, 4))
@@ -259,11 +262,15 @@ def test_under_a_growth_cap_r_keeps_a_failing_job_from_doubling() -> None:
         t_progress_s=frozen_array([10_000.0], np.float64),
         t_ckpt_s=frozen_array([10_000.0], np.float64),
         restarts=frozen_array([40], np.int64),
+        failures=frozen_array([40], np.int64),
         restart_penalty_s=frozen_array([250.0], np.float64),
         remaining_work=frozen_array([1e6], np.float64),
     )
     s = switching_factor(snap)[0, four]
     r = 10_000.0 / (20_000.0 + 250.0)
     assert s > 0.99 and 1.97 * r * s < 1.0  # the bar a doubling must clear: G_4/G_2 > 1/(r·s)
-    assert make_policy("oak").decide(snap).config[0] == two
-    assert RestartAwareOakPolicy(move_restart_factor=False).decide(snap).config[0] == four
+    assert RestartAwareOakPolicy(move_restart_factor="all").decide(snap).config[0] == two
+    assert make_policy("oak").decide(snap).config[0] == four
+    assert RestartAwareOakPolicy(move_restart_factor="none").decide(snap).config[0] == four
+    mover = dataclasses.replace(snap, failures=frozen_array([0], np.int64))  # the same restores, all its own moves
+    assert make_policy("oak").decide(mover).config[0] == two

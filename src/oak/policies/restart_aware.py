@@ -8,10 +8,14 @@ with three departures from the literal reading, each measured (docs/model.md, "T
 
 * **Staying is free, moving pays.** m_ij = 1 for the configuration a job holds now, and for every configuration of
   a job that holds none (its restart is unavoidable); for a running job's other configurations
-  m_ij = r_i · s_ij: r_i the paper's decomposed factor from *measured* T_progress and T_ckpt, s_ij = max(1 − D_i/H_ij, 0)
-  the share of the remaining run H_ij = remaining work / rate in j that is left after paying the job's measured
-  restore time D_i = T_ckpt / starts (P_restart before the first measurement). The paper's r multiplies every
-  configuration of a job alike, so it lowers priority but never makes staying cheaper than moving.
+  m_ij = r_i · s_ij: r_i the paper's decomposed factor T_progress/(T_progress + T_moves + P) from *measured* time,
+  with T_moves the part of the measured restore time T_ckpt that the job's own moves caused (T_ckpt × its starts
+  other than failures' / all its starts), and s_ij = max(1 − D_i/H_ij, 0) the share of the remaining run
+  H_ij = remaining work / rate in j that is left after paying the job's measured restore time D_i = T_ckpt /
+  starts (P_restart before the first measurement). r damps a job that has moved often; failures strike whatever
+  size a job runs at, so they do not count against a move (with them in r, a job whose failures halved r never
+  doubled again under a growth cap: docs/model.md, "Growth under an exploration cap"). The paper's r multiplies
+  every configuration of a job alike, so it lowers priority but never makes staying cheaper than moving.
 * **Idling is never rewarded.** An allocation is worth U − θ with 0 ≤ θ < 1, and leaving a job out is worth 0:
   every valid configuration (U ≥ 1 at r = K = 1) beats idling, and a move, whose U falls towards 0 when a restore
   would outlast the job's remaining run, is floored at MIN_MOVE_VALUE > 0; θ > 0 lets the solver prefer one job
@@ -72,14 +76,30 @@ def switching_factor(snap: RoundSnapshot) -> FloatArray:
     return np.clip(np.where(np.isfinite(s), s, 0.0), 0.0, 1.0)
 
 
-def move_factor(snap: RoundSnapshot, switching: bool = True, restart_factor: bool = True) -> FloatArray:
-    """(J, C) m_ij: 1 on a job's current configuration and for jobs without GPUs; r_i·s_ij elsewhere (s_ij alone
-    without ``restart_factor``, 1 without ``switching``)."""
+#: What the restart factor on a move is measured from (``RestartAwareOakPolicy.move_restart_factor``): the restore
+#: time of the job's own moves, all its restore time (failures' too), or no restart factor (s alone).
+MOVE_RESTART_FACTORS = ("moves", "all", "none")
+
+
+def move_restore_time(snap: RoundSnapshot) -> FloatArray:
+    """(J,) the part of each job's measured restore time T_ckpt that its moves caused: T_ckpt × (1 + restarts −
+    failures) / (1 + restarts), its starts other than failures' (the first start included) over all its starts.
+    Exact when a failure adds one restart (the default); with ``failure_restarts`` 2 failures count as moves
+    once each, with 0 they are not taken out."""
+    starts = snap.restarts.astype(np.float64) + 1.0
+    own = 1.0 + np.maximum(snap.restarts - snap.failures, 0).astype(np.float64)
+    return np.asarray(snap.t_ckpt_s * np.minimum(own, starts) / starts, dtype=np.float64)
+
+
+def move_factor(snap: RoundSnapshot, switching: bool = True, restart_factor: str = "moves") -> FloatArray:
+    """(J, C) m_ij: 1 on a job's current configuration and for jobs without GPUs; r_i·s_ij elsewhere, r_i from
+    ``restart_factor`` (MOVE_RESTART_FACTORS; "none": s_ij alone), s_ij = 1 without ``switching``."""
     j, c = snap.goodput.shape
     held = np.flatnonzero(snap.current >= 0)
     m = np.ones((j, c))
-    if restart_factor:
-        r = restart_factor_decomposed(snap.t_progress_s, snap.t_ckpt_s, snap.restart_penalty_s)
+    if restart_factor != "none":
+        ckpt = move_restore_time(snap) if restart_factor == "moves" else snap.t_ckpt_s
+        r = restart_factor_decomposed(snap.t_progress_s, ckpt, snap.restart_penalty_s)
         m[held] = r[held, None]
     if switching:
         m[held] *= switching_factor(snap)[held]
@@ -146,11 +166,10 @@ class RestartAwareOakPolicy(PolicyBase):
     name: str = "oak"
     #: place on the nodes with the fewest observed failures first (``Policy.avoids_failing_nodes``)
     failure_aware: bool = True
-    #: multiply a move's goodput by the decomposed restart factor r (the share of the job's past lost to restores).
-    #: False values a move by s alone — what the move itself costs over the remaining run. Under a growth cap (the
-    #: Sia artifact's 2× exploration) r ≈ 0.5 after repeated failures keeps a job from ever doubling when its
-    #: goodput scales slightly sub-linearly (docs/model.md, "Growth under an exploration cap").
-    move_restart_factor: bool = True
+    #: what the restart factor r on a move is measured from: "moves" (the restore time of the job's own moves),
+    #: "all" (all its restore time, failures' included: the rule before the exploration study), "none" (a move
+    #: valued by s alone). docs/model.md, "Growth under an exploration cap", compares the three.
+    move_restart_factor: str = "moves"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.p) and self.p >= 0):
@@ -166,6 +185,10 @@ class RestartAwareOakPolicy(PolicyBase):
             raise OakInputError(f"oak: k_max={self.k_max!r}; expected a finite number >= 1")
         if not (self.max_wait_s > 0):  # inf allowed: the guard off
             raise OakInputError(f"oak: max_wait_s={self.max_wait_s!r}; expected a number of seconds > 0 (inf: off)")
+        if self.move_restart_factor not in MOVE_RESTART_FACTORS:
+            raise OakInputError(
+                f"oak: move_restart_factor={self.move_restart_factor!r}; expected one of {', '.join(MOVE_RESTART_FACTORS)}"
+            )
         if not (math.isfinite(self.guard_run_s) and self.guard_run_s >= 0):
             raise OakInputError(f"oak: guard_run_s={self.guard_run_s!r}; expected a finite number of seconds >= 0")
 

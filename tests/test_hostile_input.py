@@ -168,3 +168,48 @@ def test_an_unwritable_job_folder_fails_that_job_not_the_service(
         sched.interrupted = True
         thread.join(60)
         listeners.close()
+
+
+def test_the_run_directory_is_private_whatever_its_mode_and_the_umask(tmp_path: Path) -> None:
+    """Row 3: a run dir that existed with mode 0755, a 022 umask, a job submitted with a secret in its
+    environment: state.sqlite-wal and -shm were 0644, and another uid read the secret from the WAL. Now the run
+    dir is 0700 and the database, its WAL and SHM, metrics.prom and rounds.jsonl are 0600."""
+    import os
+    import stat
+    import sys
+    import threading
+    import time
+
+    from oak.policies import make_policy
+    from oak.runtime.scheduler import RuntimeOptions
+    from oak.service.protocol import Listeners, call
+    from oak.service.scheduler import ServiceScheduler
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o755)
+    run_dir.chmod(0o755)
+    old = os.umask(0o022)
+    try:
+        sched = ServiceScheduler(make_policy("oak"), run_dir, RuntimeOptions(devices=1, round_s=0.5, tick_s=0.05))
+        listeners = Listeners(run_dir, sched.request, None)
+        thread = threading.Thread(target=sched.run, daemon=True)
+        thread.start()
+        try:
+            cmd = f'[{sys.executable}, -c, "import oak.job; oak.job.report(1, total_steps=1)"]'
+            job = f"jobs:\n  - {{name: a, command: {cmd}, env: {{WANDB_API_KEY: s3cret}}}}\n"
+            assert call(run_dir, "submit", text=job, source="a.yaml")["ok"]
+            deadline = time.monotonic() + 60
+            while call(run_dir, "status")["jobs"][0]["state"] != "done":
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            time.sleep(1.2)  # metrics.prom is rewritten every second
+            files = ["state.sqlite", "state.sqlite-wal", "state.sqlite-shm", "metrics.prom", "rounds.jsonl"]
+            modes = {f: stat.S_IMODE((run_dir / f).stat().st_mode) for f in files}
+        finally:
+            sched.interrupted = True
+            thread.join(60)
+            listeners.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    assert modes == dict.fromkeys(files, 0o600), {f: oct(m) for f, m in modes.items()}

@@ -16,22 +16,23 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(path: str | Path, text: str) -> None:
+def write_atomic(path: str | Path, text: str, mode: int | None = None) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (``write_bytes_atomic``)."""
-    write_bytes_atomic(path, text.encode("utf-8"))
+    write_bytes_atomic(path, text.encode("utf-8"), mode)
 
 
 def write_json(path: str | Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file, fsync and rename: readers never see a partial file."""
+def write_bytes_atomic(path: str | Path, data: bytes, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` via a temporary file, fsync and rename: readers never see a partial file. The
+    file's mode is ``mode`` when given (e.g. 0o600 for a private file, whatever the umask), else 0666 & ~umask."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
+        os.fchmod(fd, mode if mode is not None else 0o666 & ~_umask())  # mkstemp makes 0600
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

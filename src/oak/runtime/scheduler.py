@@ -154,6 +154,9 @@ class RuntimeScheduler:
         self.opts = opts
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # private whatever mode it had: only its owner may enter it (jobs' commands, environments, checkpoints)
+        if self.run_dir.stat().st_mode & 0o077 and self.run_dir.stat().st_uid == os.getuid():
+            self.run_dir.chmod(0o700)
         self.executor: Executor = (
             executor if executor is not None else LocalExecutor("gpu" if opts.device_kind == "gpu" else "cpu")
         )

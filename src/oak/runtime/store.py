@@ -9,6 +9,7 @@ orphaned workers and resumes every job from its newest valid checkpoint.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -105,11 +106,27 @@ class RunStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), isolation_level=None, timeout=30.0, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        path.chmod(0o600)
+        # The database, its WAL and its shared-memory file hold every job's command and environment (secrets
+        # included): created 0600 whatever the umask (SQLite creates the WAL and SHM with the database's mode
+        # bits filtered by the umask, so both are set before it creates any), and tightened if they existed.
+        old = os.umask(0o077)
+        try:
+            for f in (path, *self.sidecars()):
+                if f.exists():
+                    f.chmod(0o600)
+            self._db = sqlite3.connect(str(path), isolation_level=None, timeout=30.0, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        finally:
+            os.umask(old)
+        for f in (path, *self.sidecars()):
+            if f.exists():
+                f.chmod(0o600)
+
+    def sidecars(self) -> tuple[Path, Path]:
+        """SQLite's write-ahead log and shared-memory index of the database."""
+        return self.path.with_name(self.path.name + "-wal"), self.path.with_name(self.path.name + "-shm")
 
     def close(self) -> None:
         self._db.close()

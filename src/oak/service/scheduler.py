@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import queue
 import sys
 import threading
@@ -312,7 +313,7 @@ class ServiceScheduler(RuntimeScheduler):
             self._metrics_at = now
             with self._lock:
                 text = self._metrics_text()
-            write_atomic(self.run_dir / "metrics.prom", text)
+            write_atomic(self.run_dir / "metrics.prom", text, mode=0o600)
 
     def _metrics_text(self) -> str:
         """Prometheus text exposition of the published state (call with the lock held)."""
@@ -376,7 +377,8 @@ class ServiceScheduler(RuntimeScheduler):
     def _note(self, line: dict[str, Any]) -> None:
         """One structured log line: appended to ``rounds.jsonl`` and passed to the service's log."""
         text = json.dumps(line, sort_keys=True)
-        with open(self.rounds_log, "a", encoding="utf-8") as fh:
+        fd = os.open(self.rounds_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # job names and events: private
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
             fh.write(text + "\n")
         if self._log is not None:
             self._log(text)

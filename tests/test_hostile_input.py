@@ -3,12 +3,40 @@ ends in a clear error, quickly, instead of freezing or exhausting the scheduler.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from oak.errors import OakInputError
 from oak.runtime.jobs_file import MAX_ALIAS_NODES, parse_jobs
+
+#: a command job that reports its one step and ends
+ONE_STEP = '[{py}, -c, "import oak.job; oak.job.report(1, total_steps=1)"]'
+
+
+@contextlib.contextmanager
+def _service(run_dir: Path, policy: Any, devices: int) -> Iterator[threading.Thread]:
+    """An in-process ``oak serve`` on ``run_dir`` (0.5 s rounds) with its Unix socket; yields its thread."""
+    from oak.runtime.scheduler import RuntimeOptions
+    from oak.service.protocol import Listeners
+    from oak.service.scheduler import ServiceScheduler
+
+    sched = ServiceScheduler(policy, run_dir, RuntimeOptions(devices=devices, round_s=0.5, tick_s=0.05))
+    listeners = Listeners(run_dir, sched.request, None)
+    thread = threading.Thread(target=sched.run, daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        sched.interrupted = True
+        thread.join(60)
+        listeners.close()
 
 
 def _alias_bomb(levels: int, fan: int = 10) -> str:
@@ -89,23 +117,13 @@ def test_a_raising_policy_leaves_oak_serve_serving(tmp_path: Path) -> None:
     """A policy that raises under ``oak serve`` stopped the service (exit 1). Now the round is skipped (every job
     keeps its devices), ``oak status`` shows the error and answers, and once the policy decides again the job
     runs to its end."""
-    import sys
-    import threading
-    import time
-
-    from oak.runtime.scheduler import RuntimeOptions
-    from oak.service.protocol import Listeners, call
-    from oak.service.scheduler import ServiceScheduler
+    from oak.service.protocol import call
 
     run_dir = tmp_path / "run"
     policy = _Flaky()
-    sched = ServiceScheduler(policy, run_dir, RuntimeOptions(devices=1, round_s=0.5, tick_s=0.05))  # type: ignore[arg-type]
-    listeners = Listeners(run_dir, sched.request, None)
-    thread = threading.Thread(target=sched.run, daemon=True)
-    thread.start()
-    try:
-        cmd = f'[{sys.executable}, -c, "import oak.job; oak.job.report(1, total_steps=1)"]'
-        assert call(run_dir, "submit", text=f"jobs:\n  - {{name: a, command: {cmd}}}\n", source="a.yaml")["ok"]
+    with _service(run_dir, policy, 1) as thread:
+        job = f"jobs:\n  - {{name: a, command: {ONE_STEP.format(py=sys.executable)}}}\n"
+        assert call(run_dir, "submit", text=job, source="a.yaml")["ok"]
         deadline = time.monotonic() + 30
         while not (state := call(run_dir, "status")).get("policy_error"):
             assert time.monotonic() < deadline and thread.is_alive(), state
@@ -118,10 +136,6 @@ def test_a_raising_policy_leaves_oak_serve_serving(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, state
             time.sleep(0.2)
         assert state["policy_error"] is None
-    finally:
-        sched.interrupted = True
-        thread.join(60)
-        listeners.close()
 
 
 def test_an_unwritable_job_folder_fails_that_job_not_the_service(
@@ -130,14 +144,8 @@ def test_an_unwritable_job_folder_fails_that_job_not_the_service(
     """Row 1: a job folder made unwritable while the job runs (``chattr +i`` as root) made the scheduler's unlink
     of its status.json raise PermissionError: the whole service exited, and again on every restart. Now that
     job's launch fails (counted, backed off, retried), and the other job runs to its end."""
-    import sys
-    import threading
-    import time
-
     from oak.policies import make_policy
-    from oak.runtime.scheduler import RuntimeOptions
-    from oak.service.protocol import Listeners, call
-    from oak.service.scheduler import ServiceScheduler
+    from oak.service.protocol import call
 
     real_unlink = Path.unlink
 
@@ -148,12 +156,8 @@ def test_an_unwritable_job_folder_fails_that_job_not_the_service(
 
     monkeypatch.setattr(Path, "unlink", unlink)
     run_dir = tmp_path / "run"
-    sched = ServiceScheduler(make_policy("oak"), run_dir, RuntimeOptions(devices=2, round_s=0.5, tick_s=0.05))
-    listeners = Listeners(run_dir, sched.request, None)
-    thread = threading.Thread(target=sched.run, daemon=True)
-    thread.start()
-    try:
-        cmd = f'[{sys.executable}, -c, "import oak.job; oak.job.report(1, total_steps=1)"]'
+    with _service(run_dir, make_policy("oak"), 2) as thread:
+        cmd = ONE_STEP.format(py=sys.executable)
         jobs = "".join(f"  - {{name: {n}, command: {cmd}, max_gpus: 1}}\n" for n in ("ro", "ok"))
         assert call(run_dir, "submit", text="jobs:\n" + jobs, source="two.yaml")["ok"]
         deadline = time.monotonic() + 60
@@ -164,10 +168,6 @@ def test_an_unwritable_job_folder_fails_that_job_not_the_service(
             assert time.monotonic() < deadline and thread.is_alive(), rows
             time.sleep(0.2)
         assert thread.is_alive() and rows["ro"]["state"] != "done"
-    finally:
-        sched.interrupted = True
-        thread.join(60)
-        listeners.close()
 
 
 def test_the_run_directory_is_private_whatever_its_mode_and_the_umask(tmp_path: Path) -> None:
@@ -176,26 +176,18 @@ def test_the_run_directory_is_private_whatever_its_mode_and_the_umask(tmp_path: 
     dir is 0700 and the database, its WAL and SHM, metrics.prom and rounds.jsonl are 0600."""
     import os
     import stat
-    import sys
-    import threading
-    import time
 
     from oak.policies import make_policy
-    from oak.runtime.scheduler import RuntimeOptions
-    from oak.service.protocol import Listeners, call
-    from oak.service.scheduler import ServiceScheduler
+    from oak.service.protocol import call
 
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o755)
     run_dir.chmod(0o755)
+    files = ["state.sqlite", "state.sqlite-wal", "state.sqlite-shm", "metrics.prom", "rounds.jsonl"]
     old = os.umask(0o022)
     try:
-        sched = ServiceScheduler(make_policy("oak"), run_dir, RuntimeOptions(devices=1, round_s=0.5, tick_s=0.05))
-        listeners = Listeners(run_dir, sched.request, None)
-        thread = threading.Thread(target=sched.run, daemon=True)
-        thread.start()
-        try:
-            cmd = f'[{sys.executable}, -c, "import oak.job; oak.job.report(1, total_steps=1)"]'
+        with _service(run_dir, make_policy("oak"), 1):
+            cmd = ONE_STEP.format(py=sys.executable)
             job = f"jobs:\n  - {{name: a, command: {cmd}, env: {{WANDB_API_KEY: s3cret}}}}\n"
             assert call(run_dir, "submit", text=job, source="a.yaml")["ok"]
             deadline = time.monotonic() + 60
@@ -203,12 +195,7 @@ def test_the_run_directory_is_private_whatever_its_mode_and_the_umask(tmp_path: 
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
             time.sleep(1.2)  # metrics.prom is rewritten every second
-            files = ["state.sqlite", "state.sqlite-wal", "state.sqlite-shm", "metrics.prom", "rounds.jsonl"]
             modes = {f: stat.S_IMODE((run_dir / f).stat().st_mode) for f in files}
-        finally:
-            sched.interrupted = True
-            thread.join(60)
-            listeners.close()
     finally:
         os.umask(old)
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700

@@ -97,11 +97,21 @@ def _handle(handler: Handler, text: str) -> dict[str, Any]:
     return handler(op, req)
 
 
+#: A Unix-socket connection that sends nothing for this long is closed; at most MAX_CONNECTIONS are served at once
+#: (one more is told so and closed): 300 idle connections held 305 threads for good ([hardening] row 8).
+SOCKET_IDLE_S = 10.0
+MAX_CONNECTIONS = 64
+
+
 class _UnixHandler(socketserver.StreamRequestHandler):
     server: _UnixServer
+    timeout = SOCKET_IDLE_S
 
     def handle(self) -> None:
-        line = self.rfile.readline(MAX_REQUEST_BYTES + 1)
+        try:
+            line = self.rfile.readline(MAX_REQUEST_BYTES + 1)
+        except OSError:  # idle past SOCKET_IDLE_S (TimeoutError), or the client went away
+            return
         if len(line) > MAX_REQUEST_BYTES:
             reply: dict[str, Any] = {"ok": False, "error": f"request larger than {MAX_REQUEST_BYTES} bytes"}
         else:
@@ -114,11 +124,27 @@ class _UnixServer(socketserver.ThreadingUnixStreamServer):
 
     def __init__(self, name: str, handler: Handler) -> None:
         self.handler = handler
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         old = os.umask(0o177)  # created 0600: nobody else can connect
         try:
             super().__init__(name, _UnixHandler)
         finally:
             os.umask(old)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                msg = {"ok": False, "error": f"oak serve is busy: {MAX_CONNECTIONS} connections open; try again"}
+                request.sendall((json.dumps(msg) + "\n").encode())
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 HTTP_TIMEOUT_S = 10.0

@@ -116,7 +116,8 @@ class _UnixHandler(socketserver.StreamRequestHandler):
             reply: dict[str, Any] = {"ok": False, "error": f"request larger than {MAX_REQUEST_BYTES} bytes"}
         else:
             reply = _handle(self.server.handler, line.decode("utf-8", errors="replace"))
-        self.wfile.write((json.dumps(reply) + "\n").encode())
+        with contextlib.suppress(OSError):  # a client that stopped reading, or went away
+            self.wfile.write((json.dumps(reply) + "\n").encode())
 
 
 class _UnixServer(socketserver.ThreadingUnixStreamServer):

@@ -4,6 +4,7 @@ ends in a clear error, quickly, instead of freezing or exhausting the scheduler.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import threading
 import time
@@ -232,3 +233,42 @@ def test_idle_connections_are_closed_and_bounded(tmp_path: Path, monkeypatch: py
         for s in idle:
             s.close()
         listeners.close()
+
+
+BAD_POLICY = """
+import numpy as np
+from oak.model.snapshot import Allocation
+
+
+class Greedy:
+    name = "greedy"
+    reads_clock = False
+    needs_node_goodput = False
+    avoids_failing_nodes = False
+
+    def decide(self, snap):
+        return Allocation(config=np.full(snap.num_jobs, len(snap.configs) - 1))  # the largest, for every job
+"""
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_an_invalid_allocation_of_a_user_policy_is_one_clear_line(tmp_path: Path, command: str) -> None:
+    """Row 6, second half: a user's policy whose allocation cannot run gave a 111-line traceback naming neither
+    job nor configuration. Now: exit 2, one line naming the policy, the time, the job and the configuration (or
+    the GPU type over capacity)."""
+    import subprocess
+
+    (tmp_path / "greedy.py").write_text(BAD_POLICY, encoding="utf-8")
+    args = ["--workload", "small", "--failure-rates" if command == "compare" else "--failure-rate", "0"]
+    policy = ["--policies" if command == "compare" else "--policy", f"{tmp_path / 'greedy.py'}:Greedy"]
+    res = subprocess.run(
+        [sys.executable, "-m", "oak", command, *args, *policy],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 2, res.stdout[-1000:] + res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
+    assert "policy 'greedy' at t=" in res.stderr
+    assert re.search(r"job '[^']+' was given configuration \d+ \(.+\), which is not valid|GPUs of type", res.stderr)

@@ -3,3 +3,9 @@
 
 class OakInputError(ValueError):
     """Bad user input: message names the file/line/field, the value and what was expected."""
+
+
+class PolicyError(OakInputError, RuntimeError):
+    """A policy returned an allocation the world cannot run (an invalid configuration, more GPUs than exist): the
+    message names the policy, the round's time, the job and the configuration. An input error when the policy is a
+    user's (``--policy FILE.py:NAME``); a RuntimeError for code that catches those."""

@@ -12,7 +12,7 @@ from oak.catalog import Catalog
 from oak.engine.ledger import JobsState
 from oak.engine.rules import PhysicsOptions
 from oak.engine.tables import JobTables
-from oak.errors import OakInputError
+from oak.errors import OakInputError, PolicyError
 from oak.failures import rng
 from oak.goodput.table import GoodputTable
 from oak.model.cluster import Cluster, cluster_preset
@@ -240,16 +240,27 @@ class ClusterModel:
     ) -> tuple[np.ndarray, list[GpuSet]]:
         choice = np.asarray(alloc.config, dtype=np.int64)
         if choice.shape != (len(active),):
-            raise RuntimeError(f"policy {name!r} returned {choice.shape} choices for {len(active)} jobs")
+            raise PolicyError(f"policy {name!r} returned {choice.shape} choices for {len(active)} jobs")
         if snap.kept is not None:
             choice = self._hold_kept(snap, choice)
         chosen = np.flatnonzero(choice >= 0)
-        if np.any(choice >= len(self.configs)) or not np.all(snap.valid[chosen, choice[chosen]]):
-            raise RuntimeError(f"policy {name!r} chose an invalid configuration at t={t}")
+        for pos in chosen.tolist():
+            c = int(choice[pos])
+            if c >= len(self.configs) or not snap.valid[pos, c]:
+                what = f"configuration {c} ({self.configs[c]})" if c < len(self.configs) else f"configuration {c}"
+                raise PolicyError(
+                    f"policy {name!r} at t={t:g} s: job {snap.job_names[pos]!r} was given {what}, which is not "
+                    f"valid for it (outside its GPU bounds or where it cannot run; {int(snap.valid[pos].sum())} "
+                    f"of {len(self.configs)} configurations are)"
+                )
         used = np.zeros(len(self.capacity), dtype=np.int64)
         np.add.at(used, self.config_type[choice[chosen]], self.config_gpus[choice[chosen]])
         if np.any(used > snap.capacity):
-            raise RuntimeError(f"policy {name!r} exceeded GPU capacity at t={t}")
+            k = int(np.flatnonzero(used > snap.capacity)[0])
+            raise PolicyError(
+                f"policy {name!r} at t={t:g} s: {int(used[k])} GPUs of type {snap.gpu_types[k]!r} allocated, "
+                f"{int(snap.capacity[k])} available"
+            )
         new_cfgs = [self.configs[c] if c >= 0 else None for c in choice]
         old_cfgs = [self.configs[st.config[i]] if st.config[i] >= 0 else None for i in active]
         down = frozenset(np.flatnonzero(st.node_down).tolist())

@@ -88,7 +88,7 @@ def move_restore_time(snap: RoundSnapshot) -> FloatArray:
     once each, with 0 they are not taken out."""
     starts = snap.restarts.astype(np.float64) + 1.0
     own = 1.0 + np.maximum(snap.restarts - snap.failures, 0).astype(np.float64)
-    return np.asarray(snap.t_ckpt_s * np.minimum(own, starts) / starts, dtype=np.float64)
+    return np.asarray(snap.t_ckpt_s * own / starts, dtype=np.float64)  # own ≤ starts: failures ≤ restarts
 
 
 def move_factor(snap: RoundSnapshot, switching: bool = True, restart_factor: str = "moves") -> FloatArray:

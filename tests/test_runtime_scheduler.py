@@ -117,8 +117,11 @@ def test_scheduler_sigkill_resumes_every_job(tmp_path: Path) -> None:
     while time.monotonic() < deadline:  # wait until both jobs have made progress
         time.sleep(0.5)
         if db.exists():
-            with sqlite3.connect(db) as con:
-                recs = [json.loads(r) for (r,) in con.execute("SELECT record FROM jobs")]
+            try:  # the file exists a moment before its tables do
+                with sqlite3.connect(db) as con:
+                    recs = [json.loads(r) for (r,) in con.execute("SELECT record FROM jobs")]
+            except sqlite3.OperationalError:
+                continue
             if len(recs) == 2 and all(r["step"] > 0 or r["done"] for r in recs):
                 break
     assert first.poll() is None, "the scheduler ended before it could be killed"

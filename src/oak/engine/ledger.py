@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from oak.placement.placer import GpuSet
+
+if TYPE_CHECKING:
+    from oak.engine.beliefs import Beliefs
 
 
 class Phase(enum.IntEnum):
@@ -71,6 +75,8 @@ class JobsState:
     node_down: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     #: (K,) hardware failures observed on each node so far (node health, as a real scheduler sees it)
     node_failures: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: what the scheduler believes of each job's throughput (goodput "learned"); None: the truth is known
+    beliefs: Beliefs | None = None
 
     @classmethod
     def initial(cls, submit: np.ndarray) -> JobsState:

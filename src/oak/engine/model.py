@@ -42,6 +42,8 @@ class ClusterModel:
         self.cluster = cluster if cluster is not None else cluster_preset("paper-12")
         self.catalog = catalog if catalog is not None else Catalog.load()
         self.physics = physics if physics is not None else PhysicsOptions()
+        #: goodput learned online (oak.engine.beliefs): the ledger carries the beliefs, the model the cap
+        self.learned = self.physics.goodput == "learned"
         # Sia's tables stop at 64 GPUs (reference §3.4) and jobs at 64 replicas (§3.5): larger clusters add
         # no larger configurations, only more of them.
         self.configs: tuple[Configuration, ...] = tuple(
@@ -133,14 +135,20 @@ class ClusterModel:
         st.epoch[active] = e
         rows = self.tables.rows(active, e)
         shape_goodput = self.tables.goodput[rows]  # (J, S) raw goodput on every shape
+        shape_rate = self.tables.rate[rows]
+        if st.beliefs is not None:  # what the scheduler believes, where the job can run at all
+            believed_goodput, believed_rate = st.beliefs.rows(active, e)
+            feasible = shape_goodput > 0
+            shape_goodput = np.where(feasible, believed_goodput, 0.0)
+            shape_rate = np.where(feasible, believed_rate, 0.0)
         raw = shape_goodput[:, self.config_shape]
         valid = self.bounds[active] & (raw > 0)
         max_gpus = self.max_gpus[active]
-        if self.physics.bootstrap or self.physics.exploration_cap:
+        if self.physics.bootstrap or self.physics.exploration_cap or self.learned:
             valid, max_gpus = self._explorable(valid, st.max_run_gpus[active], max_gpus)
         row_min = np.where(valid, raw, np.inf).min(axis=1)
         good = np.where(valid, raw / np.where(np.isfinite(row_min), row_min, 1.0)[:, None], 0.0)
-        rate = self.tables.rate[rows][:, self.config_shape] / self.calibration[active, None]
+        rate = shape_rate[:, self.config_shape] / self.calibration[active, None]
         node_goodput = None
         if needs_node_goodput:
             node_goodput = np.zeros(
@@ -195,13 +203,14 @@ class ClusterModel:
 
     def _explorable(self, valid: np.ndarray, ran: np.ndarray, max_gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """What the artifact's rules let a job be offered: only its smallest configurations before it has run
-        (bootstrap), at most 2× the most GPUs it has run on after (exploration cap); (valid, max GPUs)."""
+        (bootstrap), at most 2× the most GPUs it has run on after (exploration cap); (valid, max GPUs). Learned
+        goodput implies both, as ``oak serve``'s exploration limit does."""
         gpus = self.config_gpus[None, :]
         fewest = np.where(valid, gpus, np.iinfo(np.int64).max).min(axis=1)
         limit = np.full(len(ran), np.iinfo(np.int64).max)
-        if self.physics.bootstrap:
+        if self.physics.bootstrap or self.learned:
             limit = np.where(ran == 0, fewest, limit)
-        if self.physics.exploration_cap:
+        if self.physics.exploration_cap or self.learned:
             limit = np.where(ran > 0, np.maximum(2 * ran, fewest), limit)
         return valid & (gpus <= limit[:, None]), np.minimum(max_gpus, limit)
 

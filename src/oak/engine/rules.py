@@ -17,6 +17,9 @@ LOST_WORK = ("none", "since-checkpoint", "since-restart")
 RESTART_ON = ("move", "shape")
 FAILURE_MODES = ("restore", "ghost")
 FAILURE_RESTARTS = (0, 1, 2)
+#: ``--goodput``: "known" (every policy sees every job's true goodput at every size from the start) or "learned"
+#: (a job's throughput model is learned from noisy step times as it runs: oak.engine.beliefs).
+GOODPUT_KNOWLEDGE = ("known", "learned")
 #: ``--rules``: named sets of options. ``sia-artifact`` switches on the rules of the Sia artifact's simulator
 #: (docs/model.md, "Simulator rules"); options the rule set does not name keep their values.
 RULES = ("default", "sia-artifact")
@@ -58,6 +61,11 @@ class PhysicsOptions:
     hardware model — node failures with repair times, failure domains, lemon nodes, software failures — whose
     events are added to λ's; a node failure also loses the work since the job's last checkpoint, taken every
     Young/Daly interval √(2·P_restart·MTBF) of productive time unless ``lost_work`` says otherwise.
+
+    goodput: "known" (policies see true goodput) or "learned" (each job's throughput model is fitted online from
+    noisy step-time samples at the sizes it has run, as ``oak serve`` does, :mod:`oak.engine.beliefs`; the job is
+    offered its smallest configurations before it has run and at most 2× the most GPUs it has run on after). The
+    world's physics always follows the true model.
     """
 
     round_s: float = 60.0
@@ -76,6 +84,7 @@ class PhysicsOptions:
     failure_restarts: int = 1
     failure_mode: str = "restore"
     failure_model: str = "paper"
+    goodput: str = "known"
 
     def __post_init__(self) -> None:
         from oak.failures.hardware import parse_failure_model
@@ -102,6 +111,7 @@ class PhysicsOptions:
             ("restart_on", RESTART_ON),
             ("failure_mode", FAILURE_MODES),
             ("failure_restarts", FAILURE_RESTARTS),
+            ("goodput", GOODPUT_KNOWLEDGE),
         ):
             if getattr(self, name) not in allowed:
                 raise OakInputError(f"physics {name}={getattr(self, name)!r}: expected one of {allowed}")
@@ -151,6 +161,8 @@ FIELD_HELP: dict[str, str] = {
     "its allocation changes).",
     "failure_model": "Hardware failure model NAME[:key=value,...] ('oak failures list'): paper (λ only), llama3, rsc1, "
     "lemon, domain; e.g. llama3:scale=300. Its events add to --failure-rate's.",
+    "goodput": "'known' (policies see every job's true goodput) or 'learned' (fitted online from noisy step times "
+    "at the sizes a job has run, with a 1-GPU start and a 2x exploration cap, as oak serve does).",
 }
 
 

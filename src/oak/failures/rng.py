@@ -18,6 +18,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 STREAM_FAILURE = 1
 STREAM_FAILURE_OFFSET = 2
 STREAM_ARRIVAL = 3
+STREAM_STEP_NOISE = 4
 
 
 def _mix(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:

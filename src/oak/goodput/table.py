@@ -211,8 +211,27 @@ class GoodputTable:
         self._cache[key] = hit
         return hit
 
-    def _compute(self, profile: AppProfile, epoch: int) -> BatchChoice:
+    def choices_of(self, profile: AppProfile, epoch: int, grids: dict[str, BatchGrid]) -> BatchChoice:
+        """Best batch choice of an application profile that is not the catalog's — the same application with
+        other throughput models (a job's learned beliefs, :mod:`oak.engine.beliefs`) — at ``epoch`` on every
+        configuration. Nothing is cached in the table; ``grids`` (per GPU type, owned by the caller) holds the
+        epoch-independent grids of this profile. Projection to types without a model follows the catalog's
+        application of the same name (its source type and x1 ratio), evaluated with ``profile``'s model."""
+        e = min(max(int(epoch), 0), profile.max_epochs - 1)
+        return self._compute(profile, e, grids)
+
+    def _compute(self, profile: AppProfile, epoch: int, grids: dict[str, BatchGrid] | None = None) -> BatchChoice:
         c = self.size
+
+        def grid_of(t: str, gpu: Any, n: Any, r: Any) -> BatchGrid:
+            if grids is None:
+                return self._grid(profile.name, t, gpu.params, profile.m0, profile.m_max, gpu.b_min, gpu.b_max, n, r)
+            hit = grids.get(t)
+            if hit is None:
+                hit = batch_grid(gpu.params, profile.m0, profile.m_max, gpu.b_min, gpu.b_max, n, r)
+                grids[t] = hit
+            return hit
+
         goodput = np.zeros(c)
         local_bsz = np.zeros(c, dtype=np.int64)
         accum = np.zeros(c, dtype=np.int64)
@@ -229,7 +248,7 @@ class GoodputTable:
         for t, (idx, un, ur, inverse) in self._groups.items():
             gpu = profile.gpus.get(t)
             if gpu is not None:
-                grid = self._grid(profile.name, t, gpu.params, profile.m0, profile.m_max, gpu.b_min, gpu.b_max, un, ur)
+                grid = grid_of(t, gpu, un, ur)
                 ch = best_from_grid(grid, profile.m0, sqr_at, var_at)
             else:
                 proj = self.projection(profile.name, t)
@@ -237,7 +256,7 @@ class GoodputTable:
                     continue
                 src = profile.gpus[proj.source]
                 nb, rb = projected_shapes(ur, proj.gpus_per_node)
-                grid = self._grid(profile.name, t, src.params, profile.m0, profile.m_max, src.b_min, src.b_max, nb, rb)
+                grid = grid_of(f"{t}<-{proj.source}", src, nb, rb)
                 ch_b = best_from_grid(grid, profile.m0, sqr_at, var_at)
                 ch = scale_choice(ch_b, proj.ratio)
             goodput[idx] = ch.goodput[inverse]

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from oak.catalog import Catalog
+from oak.engine.beliefs import Beliefs
 from oak.engine.ledger import JobsState
 from oak.engine.metrics import JobResult, RunResult
 from oak.engine.model import ClusterModel
@@ -35,6 +36,7 @@ from oak.model.cluster import Cluster
 from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.placement.placer import GpuSet
 from oak.policies.base import Policy
+from oak.sim import learning
 from oak.workloads import Workload
 
 RoundObserver = Callable[[RoundSnapshot, Allocation, list[GpuSet]], None]
@@ -78,6 +80,9 @@ class Simulator:
         if ph.arrival_jitter_s > 0:
             base_submit = base_submit + ph.arrival_jitter_s * rng.uniforms(seed, rng.STREAM_ARRIVAL, self.model.keys, 0)
         st = JobsState.initial(base_submit)
+        if self.model.learned:
+            st.beliefs = Beliefs(self.model.table, self.model.apps)
+        self._seed = seed
         round_s = ph.round_s
         t = float(st.submit.min())
         interval = -1
@@ -411,6 +416,8 @@ class Simulator:
         on_round: RoundObserver | None,
     ) -> None:
         """One engine step, enacted: the ledger takes each job's intent at once (restores start now)."""
+        if st.beliefs is not None:
+            learning.observe(self.model, st, active, self._seed)
         plan = step(self.model, st, t, active, policy)
         decision_ms.append(plan.decision_ms)
         st.policy_state = plan.allocation.state

@@ -1,0 +1,147 @@
+"""Goodput learned as jobs run (``--goodput learned``): what the scheduler believes of each job's throughput.
+
+Under ``goodput = "known"`` every policy sees every job's true goodput at every size from the start. Real
+schedulers do not: ``oak serve`` fits each job's throughput model online from the step times it reports
+(:mod:`oak.goodput.online`), starting from a prior, and offers a job at most twice the most GPUs it has been
+measured on. :class:`Beliefs` holds that knowledge for every job of a run, per GPU type with a fitted model:
+
+* **Bootstrap.** On arrival a job's step time at its smallest feasible size of each GPU type is measured (Sia's
+  bootstrap profiling on each type). The prior on a type is, as in ``oak serve`` for a job without a catalog
+  model, :func:`~oak.goodput.online.linear_scaling_prior` of the type's samples (near-linear scaling).
+* **Observation.** Each (type, nodes, replicas) a job has run on adds one :class:`~oak.goodput.online.StepSample`
+  (its synchronising-step time at the local batch it ran, with measurement noise drawn by the world) and the
+  belief on that type is refitted with :func:`~oak.goodput.online.fit_online` over all of that type's samples.
+  A size measured again adds nothing: the noise of a mean step time is correlated within an allocation
+  (placement, stragglers), so more steps there would not make it more right.
+* **Believed goodput.** The job's application profile with the believed models in place of the true ones goes
+  through the same best-batch search as the truth (:meth:`oak.goodput.table.GoodputTable.choices_of`); types
+  without a fitted model are projected from the believed model of the source type. Statistical efficiency
+  (the gradient noise scale) is taken as known: Pollux and Sia measure it online, cheaply and accurately.
+* **Machine independence.** Fitted parameters are rounded to :data:`PARAM_DIGITS` significant digits, so the
+  last-bit differences of an optimiser run on another CPU's kernels do not move a belief (the fit's own error
+  at 2 % noise is far larger).
+
+The exploration cap that goes with learning (a job is offered only its smallest sizes before it has run, at
+most twice the most GPUs it has run on after) is applied by :class:`oak.engine.model.ClusterModel`.
+Pure state and arithmetic: the world (the simulator) produces the samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+
+import numpy as np
+
+from oak.catalog.schema import AppProfile, GpuProfile
+from oak.goodput.batch import BatchGrid
+from oak.goodput.online import StepSample, fit_online, linear_scaling_prior
+from oak.goodput.table import GoodputTable
+from oak.goodput.throughput import ThroughputParams
+from oak.model.snapshot import FloatArray, IntArray
+
+#: Significant digits kept of each fitted parameter (see the module docstring).
+PARAM_DIGITS = 7
+
+
+def rounded(params: ThroughputParams) -> ThroughputParams:
+    """``params`` with every value rounded to :data:`PARAM_DIGITS` significant digits."""
+    return ThroughputParams(**{k: float(f"{v:.{PARAM_DIGITS}g}") for k, v in dataclasses.asdict(params).items()})
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def learned_params(samples: tuple[StepSample, ...]) -> ThroughputParams:
+    """The belief from ``samples`` (sorted): the linear-scaling prior refitted to them, rounded. Cached: the same
+    measurements recur across the policies of a paired comparison (the noise is a function of the job and size)."""
+    prior = linear_scaling_prior(samples)  # as oak serve: anchored on the fastest sample per local batch
+    return rounded(fit_online(samples, prior).params)
+
+
+@dataclasses.dataclass
+class JobBelief:
+    """One job's knowledge: its samples and believed model per GPU type, and its believed rows per epoch."""
+
+    truth: AppProfile
+    samples: dict[str, list[StepSample]] = dataclasses.field(default_factory=dict)
+    params: dict[str, ThroughputParams] = dataclasses.field(default_factory=dict)
+    seen: set[tuple[str, int, int]] = dataclasses.field(default_factory=set)
+    profile: AppProfile | None = None
+    grids: dict[str, BatchGrid] = dataclasses.field(default_factory=dict)
+    rows: dict[int, tuple[FloatArray, FloatArray]] = dataclasses.field(default_factory=dict)
+    fits: int = 0
+
+    def believed_profile(self) -> AppProfile:
+        if self.profile is None:
+            gpus: dict[str, GpuProfile] = {
+                t: dataclasses.replace(g, params=self.params[t]) if t in self.params else g
+                for t, g in self.truth.gpus.items()
+            }
+            self.profile = dataclasses.replace(self.truth, gpus=gpus)
+        return self.profile
+
+
+class Beliefs:
+    """The believed throughput models of every job of a run (``apps``: each job's true profile, in order)."""
+
+    def __init__(self, table: GoodputTable, apps: list[AppProfile]) -> None:
+        self.table = table
+        self.jobs = [JobBelief(truth=a) for a in apps]
+
+    def known(self, i: int) -> bool:
+        """Whether job ``i`` has been bootstrapped."""
+        return bool(self.jobs[i].params)
+
+    def bootstrap(self, i: int, samples: Mapping[str, StepSample]) -> None:
+        """Job ``i``'s first measurement on each GPU type it has a model for (its smallest size there)."""
+        b = self.jobs[i]
+        for t, s in samples.items():
+            b.samples[t] = [s]
+            b.seen.add((t, s.nodes, s.replicas))
+            self._fit(b, t)
+        self._invalidate(b)
+
+    def seen(self, i: int, gpu_type: str, nodes: int, replicas: int) -> bool:
+        return (gpu_type, nodes, replicas) in self.jobs[i].seen
+
+    def observe(self, i: int, gpu_type: str, sample: StepSample) -> None:
+        """Add a measurement of job ``i`` on ``gpu_type`` and refit its belief there."""
+        b = self.jobs[i]
+        b.samples.setdefault(gpu_type, []).append(sample)
+        b.seen.add((gpu_type, sample.nodes, sample.replicas))
+        self._fit(b, gpu_type)
+        self._invalidate(b)
+
+    def params(self, i: int, gpu_type: str) -> ThroughputParams | None:
+        """Job ``i``'s believed model on ``gpu_type`` (None: not learned there)."""
+        return self.jobs[i].params.get(gpu_type)
+
+    def fits(self) -> int:
+        """Refits done so far (all jobs)."""
+        return sum(b.fits for b in self.jobs)
+
+    def rows(self, idx: IntArray, epochs: IntArray) -> tuple[FloatArray, FloatArray]:
+        """Believed goodput and progress rate (uncalibrated) of jobs ``idx`` at ``epochs`` on every shape."""
+        good = np.zeros((len(idx), self.table.size))
+        rate = np.zeros((len(idx), self.table.size))
+        for pos, (i, e) in enumerate(zip(idx.tolist(), epochs.tolist(), strict=True)):
+            b = self.jobs[i]
+            hit = b.rows.get(e)
+            if hit is None:
+                ch = self.table.choices_of(b.believed_profile(), e, b.grids)
+                hit = (ch.goodput, ch.progress_rate)
+                b.rows[e] = hit
+            good[pos], rate[pos] = hit
+        return good, rate
+
+    @staticmethod
+    def _fit(b: JobBelief, gpu_type: str) -> None:
+        samples = tuple(sorted(b.samples[gpu_type], key=lambda s: (s.key, s.step_time_s, s.steps)))
+        b.params[gpu_type] = learned_params(samples)
+        b.fits += 1
+
+    @staticmethod
+    def _invalidate(b: JobBelief) -> None:
+        b.profile = None
+        b.grids = {}
+        b.rows = {}

@@ -217,13 +217,14 @@ def test_markdown_to_html_subset() -> None:
     assert 'src="data:image/png;base64,iVBORw0KGgo="' in png
 
 
-def test_the_product_study_shows_every_rule_set_side_by_side(tmp_path: Path) -> None:
+def test_the_product_study_shows_every_rule_set_and_knowledge_side_by_side(tmp_path: Path) -> None:
     """`restart-aware` run under the default rules and the Sia artifact's into one store: a column per rule set,
-    each cell's ratios computed from that rule set's runs (small, λ = 0.1, one seed; Pollux left out)."""
+    and one with goodput learned, each cell's ratios computed from its own runs (small, λ = 0.1, one seed; Pollux left
+    out)."""
     from oak.engine.rules import PhysicsOptions, with_rules
 
     def small_only(plan: SeedPlan) -> list[Cell]:
-        physics = with_rules(PhysicsOptions(failure_restarts=plan.failure_restarts), plan.rules)
+        physics = with_rules(PhysicsOptions(failure_restarts=plan.failure_restarts, goodput=plan.goodput), plan.rules)
         return [
             Cell(
                 (("policy", pol), ("workload", "small"), ("failure_rate", 0.1)),
@@ -234,6 +235,7 @@ def test_the_product_study_shows_every_rule_set_side_by_side(tmp_path: Path) -> 
 
     store = ResultsStore(tmp_path / "store")
     plans = [SeedPlan(seeds=1, rules=rules) for rules in ("default", "sia-artifact")]
+    plans.append(SeedPlan(seeds=1, goodput="learned"))
     with pytest.MonkeyPatch.context() as mp:
         e = experiments.EXPERIMENTS["restart-aware"]
         mp.setitem(experiments.EXPERIMENTS, "restart-aware", Experiment(e.name, e.title, e.paper_ref, small_only))
@@ -241,7 +243,11 @@ def test_the_product_study_shows_every_rule_set_side_by_side(tmp_path: Path) -> 
             execute([s for c in small_only(plan) for s in c.specs], store, workers=1)
         md = (write_report(tmp_path / "out", ["restart-aware"], plans[1], store, wall_s=1.0)).read_text()
         table = next(t for t in _tables(md) if "sia-artifact, a failure adds 1" in t[0])
-        assert _header(table)[2:] == ["default, a failure adds 1", "sia-artifact, a failure adds 1"]
+        assert _header(table)[2:] == [
+            "default, a failure adds 1",
+            "sia-artifact, a failure adds 1",
+            "default, a failure adds 1, goodput learned",
+        ]
         row = next(line for line in table if line.startswith("| small | 0.1 |"))
         cells = [c.strip() for c in row.strip().strip("|").split("|")][2:]
         for plan, cell in zip(plans, cells, strict=True):

@@ -84,6 +84,8 @@ def test_reproduce_all_quick_then_both_rule_sets_into_one_store(tmp_path: Path) 
     assert unknown.returncode == 2 and "experiment 'table9' is unknown" in " ".join(unknown.stderr.split())
     bad = _reproduce("table2", "--rules", "sia", "--out", str(out))
     assert bad.returncode == 2 and "--rules 'sia'" in bad.stderr and "Traceback" not in bad.stderr
+    bad = _reproduce("table2", "--goodput", "oracle", "--out", str(out))
+    assert bad.returncode == 2 and "--goodput 'oracle'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_reproduce_rejects_unknown_experiment(tmp_path: Path) -> None:

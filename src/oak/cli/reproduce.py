@@ -46,6 +46,13 @@ def reproduce(
     failure_restarts: Annotated[
         int, typer.Option(help="Restarts a failure adds to a job's count n in every run: 0, 1 or 2.")
     ] = 1,
+    goodput: Annotated[
+        str,
+        typer.Option(
+            help="What every policy knows of goodput: 'known' (the truth) or 'learned' (fitted online from noisy "
+            "step times, 1-GPU start, 2x exploration cap; docs/model.md)."
+        ),
+    ] = "known",
     traces: Annotated[
         Path | None,
         typer.Option(help="restart-aware only: a folder of Sia-format traces (*.csv) to run on sia-64 as well."),
@@ -105,6 +112,10 @@ def reproduce(
         fail(f"--rules {rules!r}: expected one of {', '.join(RULES)}")
     if failure_restarts not in (0, 1, 2):
         fail(f"--failure-restarts {failure_restarts}: expected 0, 1 or 2")
+    from oak.engine.rules import GOODPUT_KNOWLEDGE
+
+    if goodput not in GOODPUT_KNOWLEDGE:
+        fail(f"--goodput {goodput!r}: expected one of {', '.join(GOODPUT_KNOWLEDGE)}")
     extra = tuple(x.strip() for x in (add_policies or "").split(",") if x.strip())
     if extra and "fig3-baselines" not in names:
         fail("--add-policies applies to the experiment fig3-baselines (every baseline, λ = 0, paired runs)")
@@ -124,6 +135,7 @@ def reproduce(
         failure_restarts=failure_restarts,
         extra_policies=extra,
         failure_model=failure_model,
+        goodput=goodput,
     )
     specs = [s for n in names for cell in EXPERIMENTS[n].cells(plan) for s in cell.specs]
     store = ResultsStore(out)

@@ -57,6 +57,8 @@ class SeedPlan:
     extra_policies: tuple[str, ...] = ()
     #: hardware failure model of every run (``--failure-model``; ``PhysicsOptions.failure_model``)
     failure_model: str = "paper"
+    #: what every policy knows of goodput (``--goodput``: "known" or "learned"; ``PhysicsOptions.goodput``)
+    goodput: str = "known"
 
     def count(self, paper_n: int) -> int:
         if self.seeds is not None:
@@ -111,6 +113,8 @@ def _cell(
         physics = dataclasses.replace(physics, failure_restarts=plan.failure_restarts)
     if plan.failure_model != physics.failure_model:
         physics = dataclasses.replace(physics, failure_model=plan.failure_model)
+    if plan.goodput != physics.goodput:
+        physics = dataclasses.replace(physics, goodput=plan.goodput)
     if plan.quick:
         physics = dataclasses.replace(physics, horizon_s=QUICK_HORIZON_S)
     n = plan.count(paper_n)

@@ -801,15 +801,17 @@ def _locked_in(res: Results, name: str, wl: Any, lam: float) -> int | None:
 def _by_rule_set(res: Results, name: str) -> list[str]:
     """The study's goal verdicts under every simulator rule set and restarts-per-failure with runs in the store
     (same seeds and other options), one column each; nothing when only one has data."""
-    from oak.engine.rules import RULES
+    from oak.engine.rules import GOODPUT_KNOWLEDGE, RULES
 
     columns: list[tuple[str, Results]] = []
-    for rules in RULES:
-        for k in (1, 2):
-            plan = dataclasses.replace(res.plan, rules=rules, failure_restarts=k)
-            r2 = res if (rules, k) == (res.plan.rules, res.plan.failure_restarts) else Results(plan, res.store)
-            if r2.runs(name)["stored"].any():
-                columns.append((f"{rules}, a failure adds {k}", r2))
+    for goodput in GOODPUT_KNOWLEDGE:
+        for rules in RULES:
+            for k in (1, 2):
+                plan = dataclasses.replace(res.plan, rules=rules, failure_restarts=k, goodput=goodput)
+                r2 = res if plan == res.plan else Results(plan, res.store)
+                if r2.runs(name)["stored"].any():
+                    learned = ", goodput learned" if goodput == "learned" else ""
+                    columns.append((f"{rules}, a failure adds {k}{learned}", r2))
     if len(columns) < 2:
         return []
     cells: dict[tuple[Any, float], list[str]] = {}
@@ -840,8 +842,8 @@ def _by_rule_set(res: Results, name: str) -> list[str]:
     rows = [[Path(str(wl)).name, fmt_lam(lam), *vals] for (wl, lam), vals in cells.items()]
     return [
         "",
-        "Under every simulator rule set in this store (`--rules`, `--failure-restarts`; the same seeds and other "
-        "options). Each cell: mean JCT oak/sia · max JCT oak/sia · restarts per job oak / sia · jobs locked in "
+        "Under every simulator rule set and knowledge of goodput in this store (`--rules`, `--failure-restarts`, "
+        "`--goodput`; the same seeds and other options). Each cell: mean JCT oak/sia · max JCT oak/sia · restarts per job oak / sia · jobs locked in "
         f"(JCT under `oak` > {LOCK_IN_RATIO:g}× its JCT under `oak-paper` in the same seed, over seeds) · goals "
         "met of: mean and max JCT ≤ both `sia`'s and `oak-paper`'s, restarts ≤ `sia`'s + 10 %, no job locked in "
         "(issue [explore-aware]).",
@@ -1020,6 +1022,8 @@ def _plan_text(plan: SeedPlan) -> str:
         s += f"; simulator rules: {plan.rules} (docs/model.md, “Simulator rules”)"
     if plan.failure_restarts != 1:
         s += f"; a failure adds {plan.failure_restarts} to a job's restart count"
+    if plan.goodput != "known":
+        s += f"; goodput {plan.goodput} (docs/model.md, “Learned goodput”)"
     if plan.quick:
         s += (
             f"; --quick: the smaller workloads only, Pollux at population {_budget('pollux')} generations, "

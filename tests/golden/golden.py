@@ -11,6 +11,7 @@ makespan, and every job's JCT, restarts, failures, time split and GPU-seconds (n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -52,6 +53,8 @@ class Case:
     horizon_s: float | None = None
     #: policy parameters per policy (``RunSpec.policy_params``), e.g. a smaller NSGA-II budget
     params: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    #: what policies know of goodput (``PhysicsOptions.goodput``): "learned" adds online fits to every run
+    goodput: str = "known"
 
 
 CASES = (
@@ -61,6 +64,8 @@ CASES = (
     # `oak reproduce --quick` runs it) goes through the same code at a sixth of the cost
     Case("medium-ga", "medium", "paper-12", STOCHASTIC, (0.0, 0.1), params=(("pollux", GA_QUICK),)),
     Case("philly-160-sia-64", "philly-160", "sia-64", ("oak-paper", "oak", "sia"), (0.0,)),
+    # goodput learned online: least-squares fits and noisy samples must not make results depend on the CPU
+    Case("medium-learned", "medium", "paper-12", ("oak-paper", "oak", "sia"), (0.1,), seed=1, goodput="learned"),
 )
 
 
@@ -80,7 +85,9 @@ def compute(case: Case, workers: int = 1) -> dict[str, Any]:
     from oak.engine.rules import PhysicsOptions
     from oak.sim.compare import RunSpec, run_many
 
-    physics = PhysicsOptions() if case.horizon_s is None else PhysicsOptions(horizon_s=case.horizon_s)
+    physics = PhysicsOptions(goodput=case.goodput)
+    if case.horizon_s is not None:
+        physics = dataclasses.replace(physics, horizon_s=case.horizon_s)
     with tempfile.TemporaryDirectory() as tmp:
         wl = _workload(case.workload, Path(tmp))
         specs = [
@@ -110,7 +117,8 @@ def compute(case: Case, workers: int = 1) -> dict[str, Any]:
             }
         )
     params = {p: dict(v) for p, v in case.params}
-    return {"case": case.name, "workload": case.workload, "cluster": case.cluster, "params": params, "runs": runs}
+    out = {"case": case.name, "workload": case.workload, "cluster": case.cluster, "params": params, "runs": runs}
+    return out if case.goodput == "known" else {**out, "goodput": case.goodput}
 
 
 def path_of(case: Case) -> Path:

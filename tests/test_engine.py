@@ -96,6 +96,29 @@ def test_step_returns_intents_that_match_the_allocation() -> None:
     assert all(it.intent is Intent.KEEP for it in stop.intents if it.job not in {s.job for s in started})
 
 
+def test_a_pinned_job_keeps_its_devices_whatever_the_policy() -> None:
+    """A job the world pins (a runtime job asked to stop that has not exited) KEEPs its configuration and GPUs
+    even under a policy that allocates nothing, and no other job is placed on its GPUs."""
+    model = ClusterModel(load_workload("small"))
+    st = JobsState.initial(np.array([j.submit_time_s for j in model.workload.jobs]))
+    st.arrived[:] = True
+    active = np.arange(model.n)
+    first = step(model, st, 0.0, active, make_policy("goodput"))
+    started = [it for it in first.intents if it.intent is Intent.START]
+    for it in started:
+        st.shape[it.job], st.config[it.job], st.gpus[it.job] = it.shape, it.config, it.gpus
+    pinned = started[0]
+    st.pinned[pinned.job] = True
+    plan = step(model, st, 60.0, active, _Nothing())
+    kinds = {it.job: it.intent for it in plan.intents}
+    assert kinds[pinned.job] is Intent.KEEP
+    assert all(kinds[it.job] is Intent.STOP for it in started[1:])
+    again = step(model, st, 120.0, active, make_policy("goodput"))
+    others = {g for it in again.intents if it.job != pinned.job for g in it.gpus}
+    assert not others & set(pinned.gpus)
+    assert {it.job: it.intent for it in again.intents}[pinned.job] is Intent.KEEP
+
+
 def test_failure_models_and_stream() -> None:
     keys = np.array([rng.job_key(n) for n in ("a", "b", "c")], dtype=np.uint64)
     stream = FailureStream(7, keys, 60.0)
@@ -134,6 +157,7 @@ def test_every_executor_implements_every_declared_method(impl: str) -> None:
         "pids",
         "exit_codes",
         "unreaped",
+        "request_stop",
         "stop",
         "kill",
         "reconcile",

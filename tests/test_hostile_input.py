@@ -22,13 +22,14 @@ ONE_STEP = '[{py}, -c, "import oak.job; oak.job.report(1, total_steps=1)"]'
 
 
 @contextlib.contextmanager
-def _service(run_dir: Path, policy: Any, devices: int) -> Iterator[threading.Thread]:
-    """An in-process ``oak serve`` on ``run_dir`` (0.5 s rounds) with its Unix socket; yields its thread."""
+def _service(run_dir: Path, policy: Any, devices: int, **opts: Any) -> Iterator[threading.Thread]:
+    """An in-process ``oak serve`` on ``run_dir`` (0.5 s rounds; ``opts``: other RuntimeOptions) with its Unix
+    socket; yields its thread."""
     from oak.runtime.scheduler import RuntimeOptions
     from oak.service.protocol import Listeners
     from oak.service.scheduler import ServiceScheduler
 
-    sched = ServiceScheduler(policy, run_dir, RuntimeOptions(devices=devices, round_s=0.5, tick_s=0.05))
+    sched = ServiceScheduler(policy, run_dir, RuntimeOptions(devices=devices, round_s=0.5, tick_s=0.05, **opts))
     listeners = Listeners(run_dir, sched.request, None)
     thread = threading.Thread(target=sched.run, daemon=True)
     thread.start()
@@ -272,3 +273,62 @@ def test_an_invalid_allocation_of_a_user_policy_is_one_clear_line(tmp_path: Path
     assert "Traceback" not in res.stderr
     assert "policy 'greedy' at t=" in res.stderr
     assert re.search(r"job '[^']+' was given configuration \d+ \(.+\), which is not valid|GPUs of type", res.stderr)
+
+
+STUBBORN = """
+import signal, time
+import oak.job
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # ignores the scheduler's request to checkpoint and exit
+for step in range(1, 10**6):
+    oak.job.report(step, total_steps=10**6)
+    time.sleep(0.1)
+"""
+
+
+def test_cancelling_a_job_that_ignores_sigterm_does_not_freeze_the_scheduler(tmp_path: Path) -> None:
+    """Row 4: ``oak cancel`` of a job that ignores SIGTERM froze the scheduler thread for the whole stop timeout
+    (published time unchanged, no other job served). Now the cancel returns at once, the scheduler keeps
+    ticking — publishing, taking a submission and running it to its end — and SIGKILLs the job at its deadline."""
+    import json
+    import sqlite3
+
+    from oak.policies import make_policy
+    from oak.service.protocol import call
+
+    run_dir = tmp_path / "run"
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN, encoding="utf-8")
+    with _service(run_dir, make_policy("oak"), 2, stop_timeout_s=8.0):
+        job = f"jobs:\n  - {{name: s, command: [{sys.executable}, {script}], max_gpus: 1}}\n"
+        assert call(run_dir, "submit", text=job, source="s.yaml")["ok"]
+        deadline = time.monotonic() + 60
+        while (row := call(run_dir, "status")["jobs"][0])["state"] != "running" or not row.get("step"):
+            assert time.monotonic() < deadline, row
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        assert call(run_dir, "cancel", name="s")["ok"]
+        assert time.monotonic() - t0 < 2.0  # answered without waiting for the job
+        clock = call(run_dir, "status")["time_s"]
+        other = f"jobs:\n  - {{name: b, command: {ONE_STEP.format(py=sys.executable)}, max_gpus: 1}}\n"
+        assert call(run_dir, "submit", text=other, source="b.yaml")["ok"]
+        while (state := call(run_dir, "status"))["jobs"][1]["state"] != "done":
+            assert time.monotonic() - t0 < 7.0, state  # served while the stubborn job still runs
+            time.sleep(0.1)
+        assert state["time_s"] > clock
+        rows = {r["name"]: r for r in state["jobs"]}
+        assert rows["s"]["state"] == "cancelled"
+        with sqlite3.connect(run_dir / "state.sqlite") as con:
+            rec = dict(con.execute("SELECT name, record FROM jobs"))
+        alive = [p for p in json.loads(rec["s"])["pids"] if _running(p)]
+        assert alive, "the stubborn job still runs before its deadline"
+        while any(_running(p) for p in alive):
+            assert time.monotonic() - t0 < 30.0  # SIGKILLed 8 s after the cancel
+            time.sleep(0.2)
+        assert time.monotonic() - t0 >= 7.5
+
+
+def _running(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False

@@ -92,6 +92,12 @@ class ScriptedExecutor:
     def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
         return []
 
+    def request_stop(self, names: list[str]) -> None:
+        for n in names:  # a scripted job stops at once
+            if n in self._live:
+                fate, t0, pid = self._live[n]
+                self._live[n] = (Fate(end="stopped", reach=fate.reach, after_s=0.0), t0, pid)
+
     def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
         out: dict[str, JobState] = {}
         for n in names:
@@ -136,6 +142,28 @@ def test_progress_resets_the_retry_count(tmp_path: Path) -> None:
     r = sched.records[0]
     assert r.done and r.gave_up is None and r.failures == 5 and len(ex.launches) == 6
     assert result.jobs[0].jct_s is not None and result.jobs[0].jct_s < 5.0  # never backed off
+
+
+def test_a_command_job_that_was_advancing_is_placed_again_without_back_off(tmp_path: Path) -> None:
+    """[hardening] row 11: a command job whose rank was SIGKILLed after it had made progress waited out the
+    30 s back-off with its devices idle (its checkpoints are its own: the scheduler learns where it resumes only
+    from its next report). Now a job that reported steps beyond where it resumed is placed again at once; one
+    that fails before reporting any still backs off."""
+    command = "jobs:\n  - {name: j, command: [train], max_gpus: 1, target_steps: 100}\n"
+    fates = [Fate(reach=5, after_s=0.3, exit_codes=(-9,)), Fate(end="done", reach=100, after_s=0.2)]
+    ex = ScriptedExecutor(fates)
+    opts = RuntimeOptions(devices=1, round_s=30.0, tick_s=0.02, retry_backoff_s=30.0, time_limit_s=20.0)
+    sched = RuntimeScheduler(parse_jobs(command, "one.yaml"), make_policy("oak"), tmp_path / "run", opts, ex)
+    sched.run()
+    r = sched.records[0]
+    assert r.done and r.failures == 1 and len(ex.launches) == 2
+    assert ex.launches[1][0] - ex.launches[0][0] < 5.0  # not 30 s of back-off
+    silent = [Fate(reach=0, after_s=0.1, exit_codes=(-9,)), Fate(end="done", reach=100, after_s=0.2)]
+    ex = ScriptedExecutor(silent)
+    opts = RuntimeOptions(devices=1, round_s=30.0, tick_s=0.02, retry_backoff_s=0.5, time_limit_s=20.0)
+    sched = RuntimeScheduler(parse_jobs(command, "one.yaml"), make_policy("oak"), tmp_path / "run2", opts, ex)
+    sched.run()
+    assert ex.launches[1][0] - ex.launches[0][0] >= 0.5  # reported nothing: backed off
 
 
 def test_steps_lost_with_the_failure_are_not_progress(tmp_path: Path) -> None:

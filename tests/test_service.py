@@ -167,7 +167,8 @@ def test_cancel_stops_a_running_job_and_status_metrics_report_it(
     assert jobs["long"]["devices"] and jobs["long"]["t_progress_s"] > 0
     reply = call(run_dir, "cancel", name="long")
     assert reply == {"ok": True, "cancelled": "long"}
-    jobs = _wait(run_dir, lambda j: j["short"]["state"] == "done")
+    assert call(run_dir, "status")["jobs"][0]["state"] == "cancelled"  # at once; its devices once it has exited
+    jobs = _wait(run_dir, lambda j: j["short"]["state"] == "done" and not j["long"]["devices"])
     assert jobs["long"]["state"] == "cancelled" and jobs["long"]["devices"] == []
     assert call(run_dir, "cancel", name="long")["error"] == "job 'long' is already cancelled"
     assert "no job 'nope'" in call(run_dir, "cancel", name="nope")["error"]

@@ -171,9 +171,10 @@ def submit(
 
 @app.command("cancel")
 def cancel(run_dir: RunDir, name: Annotated[str, typer.Argument(help="The job to cancel.")]) -> None:
-    """Cancel a job: it is stopped with a checkpoint (SIGTERM, then SIGKILL after the grace period)."""
+    """Cancel a job: it is stopped with a checkpoint (SIGTERM, then SIGKILL after the grace period). Returns at
+    once; the job keeps its devices until it has exited (``oak status`` shows them)."""
     _call(run_dir, "cancel", name=name)
-    console.print(f"cancelled {name}")
+    console.print(f"cancelled {name}: it checkpoints and exits (SIGKILL after the service's --stop-seconds)")
 
 
 def _status(run_dir: Path) -> tuple[dict[str, Any], bool]:

@@ -75,6 +75,9 @@ class JobsState:
     node_down: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     #: (K,) hardware failures observed on each node so far (node health, as a real scheduler sees it)
     node_failures: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: jobs the world holds to their current allocation this round, whatever the policy decides (a runtime job
+    #: asked to stop that has not exited yet: its devices are not free)
+    pinned: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     #: what the scheduler believes of each job's throughput (goodput "learned"); None: the truth is known
     beliefs: Beliefs | None = None
 
@@ -106,6 +109,7 @@ class JobsState:
             gpus=[() for _ in range(n)],
             max_run_gpus=np.zeros(n, np.int64),
             ghost=np.zeros(n, bool),
+            pinned=np.zeros(n, bool),
         )
 
     def phases(self) -> np.ndarray:

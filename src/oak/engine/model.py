@@ -17,7 +17,7 @@ from oak.failures import rng
 from oak.goodput.table import GoodputTable
 from oak.model.cluster import Cluster, cluster_preset
 from oak.model.config import Configuration, sia_configurations
-from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array, kept_while_restoring
+from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array, kept_current, kept_while_restoring
 from oak.placement import place, place_replicas
 from oak.placement.placer import GpuSet
 from oak.workloads import Workload
@@ -199,7 +199,11 @@ class ClusterModel:
             node_goodput=None if node_goodput is None else frozen_array(node_goodput, np.float64),
             policy_state=st.policy_state,
         )
-        return snap if self.physics.restores_preemptible else dataclasses.replace(snap, kept=kept_while_restoring(snap))
+        kept = None if self.physics.restores_preemptible else kept_while_restoring(snap)
+        if st.pinned.shape == st.done.shape and st.pinned[active].any():  # held by the world: a stop in flight
+            pinned = kept_current(snap, st.pinned[active])
+            kept = pinned if kept is None else np.where(pinned >= 0, pinned, kept)
+        return snap if kept is None else dataclasses.replace(snap, kept=kept)
 
     def _explorable(self, valid: np.ndarray, ran: np.ndarray, max_gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """What the artifact's rules let a job be offered: only its smallest configurations before it has run

@@ -53,7 +53,16 @@ class Executor(Protocol):
         kernel or a GPU driver), kept after ``kill`` so that they can be reported."""
         ...
 
-    def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]: ...
+    def request_stop(self, names: list[str]) -> None:
+        """Ask the named jobs to checkpoint and exit (SIGTERM) and return at once; ``state`` reports each one's
+        outcome once it has exited (``stopped``, ``done`` or ``failed``), then ``kill`` cleans it up. The
+        scheduler keeps ticking meanwhile and SIGKILLs (``kill``) what has not exited by its deadline."""
+        ...
+
+    def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
+        """``request_stop`` and wait up to ``timeout_s`` s, SIGKILL the rest; the outcome of each (blocking: used
+        at shutdown)."""
+        ...
 
     def kill(self, name: str) -> None: ...
 
@@ -132,11 +141,16 @@ class LocalExecutor:
         h = self._handles.get(name)
         return [] if h is None else h.returncodes()
 
+    def request_stop(self, names: list[str]) -> None:
+        for n in names:
+            h = self._handles.get(n)
+            if h is not None and not h.stop_requested:
+                h.request_stop()
+
     def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
         """SIGTERM every named job at once, wait up to ``timeout_s`` s for their checkpoints, SIGKILL the rest."""
         handles = {n: self._handles[n] for n in names if n in self._handles}
-        for h in handles.values():
-            h.request_stop()
+        self.request_stop(list(handles))
         deadline = time.monotonic() + timeout_s
         out: dict[str, JobState] = {}
         for name, h in handles.items():

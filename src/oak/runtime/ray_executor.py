@@ -459,15 +459,20 @@ class RayExecutor:
         return [] if rec is None else list(rec.actors)
 
     # ------------------------------------------------------------------ stop and kill
+    def request_stop(self, names: list[str]) -> None:
+        """SIGTERM every rank of the named jobs (once) and return."""
+        for n in names:
+            rec = self._jobs.get(n)
+            if rec is not None and rec.final is None and not rec.stop_requested:
+                rec.stop_requested = True
+                for actor in rec.actors:
+                    actor.send.remote(signal.SIGTERM)
+
     def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
         """SIGTERM every rank of the named jobs at once, wait up to ``timeout_s`` s for their checkpoints,
         SIGKILL the rest; the placement groups are removed in every case."""
         recs = {n: self._jobs[n] for n in names if n in self._jobs}
-        for rec in recs.values():
-            if rec.final is None:
-                rec.stop_requested = True
-                for actor in rec.actors:
-                    actor.send.remote(signal.SIGTERM)
+        self.request_stop(list(recs))
         deadline = time.monotonic() + timeout_s
         out: dict[str, JobState] = {}
         for name, rec in recs.items():

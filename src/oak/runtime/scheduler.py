@@ -135,6 +135,10 @@ class _Live:
     """Command job → ``updated_at`` of the last report whose step time was recorded."""
     first_report: dict[str, bool] = field(default_factory=dict)
     """Command job → its current incarnation has not reported yet."""
+    stopping: dict[int, float] = field(default_factory=dict)
+    """Job index → run-clock deadline of a stop asked for (SIGTERM sent; SIGKILL at the deadline)."""
+    pending: list[Any] = field(default_factory=list)
+    """Starts of the last decision waiting for devices (or a job) still held by a stop in flight."""
 
 
 class RuntimeScheduler:
@@ -237,6 +241,7 @@ class RuntimeScheduler:
                     decide = True
                 records = self.records
                 changed = self._observe(records, now, dt)
+                changed |= self._advance_stops(records, now)
                 changed |= self._inject_failures(records, now)
                 if changed:
                     decide = True
@@ -255,6 +260,8 @@ class RuntimeScheduler:
                     break
                 if self.opts.time_limit_s is not None and now >= self.opts.time_limit_s:
                     break
+                if self._live.pending:
+                    self._launch(records, now)  # starts whose devices a stop has released
                 if decide and self.learned.changed(self.jobs, records):
                     self._build(list(self.jobs), records)
                 if decide and any(r.arrived and not r.over for r in records):
@@ -361,8 +368,9 @@ class RuntimeScheduler:
     def _observe(self, records: list[JobRecord], now: float, dt: float) -> bool:
         """Account dt to each job's counters and poll its workers; True if a job finished or failed."""
         changed = False
-        for job, r in zip(self.jobs, records, strict=True):
-            if r.over or not r.arrived:
+        for i, (job, r) in enumerate(zip(self.jobs, records, strict=True)):
+            stopping = i in self._live.stopping
+            if (r.over and not stopping) or not r.arrived:
                 continue
             g = len(r.devices)
             if r.launched_at_s is None:
@@ -395,12 +403,14 @@ class RuntimeScheduler:
             if reported is not None and self._live.heard.get(job.name, (None, 0.0))[0] != reported:
                 # a new status, timed on this scheduler's clock (the worker's host clock may differ: Ray nodes)
                 self._live.heard[job.name] = (reported, time.time())
-            if r.ready:
+            if r.ready and not stopping:
                 r.t_progress_s += dt
-            else:
+            else:  # restoring, or checkpointing to stop: restore time (T_ckpt), as in the simulator
                 r.t_ckpt_s += dt
                 r.t_queue_s += dt
                 r.gpu_s_lost += g * dt
+            if stopping:
+                continue  # its exit is the stop's outcome (_advance_stops)
             state = self.executor.state(job.name)
             if state == "running" and (job.is_command and not r.reported):
                 pass  # no status to go stale: a command that does not report is never a stall
@@ -486,16 +496,21 @@ class RuntimeScheduler:
         self._count_failure(r, now, why, progressed=False, fatal=isinstance(exc, OakInputError))
         self.failure_notes[job.name] = r.gave_up or why
 
-    def _count_failure(self, r: JobRecord, now: float, why: str, *, progressed: bool, fatal: bool) -> None:
+    def _count_failure(
+        self, r: JobRecord, now: float, why: str, *, progressed: bool, fatal: bool, advanced: bool = False
+    ) -> None:
         """Count a failure of the job's own: ``fatal`` (its input is bad) gives up on it at once;
-        ``max_retries`` in a row without progress give up on it; otherwise it backs off before its next try."""
+        ``max_retries`` in a row without progress give up on it; otherwise it backs off before its next try —
+        unless it ``advanced`` (a command job that reported steps beyond where it resumed: whether they were
+        checkpointed shows only when it resumes, so the failure still counts towards the limit, but a job that
+        was making progress is placed again at once instead of leaving its devices idle)."""
         r.failures += 1
         r.fail_streak = 0 if progressed else r.fail_streak + 1
         if fatal:
             r.gave_up = why
         elif r.fail_streak >= self.opts.max_retries:
             r.gave_up = f"{r.fail_streak} failures in a row without progress; last: {why}"
-        elif r.fail_streak:
+        elif r.fail_streak and not advanced:
             r.retry_at_s = now + min(self.opts.retry_backoff_s * 2 ** (r.fail_streak - 1), MAX_BACKOFF_S)
 
     def _target(self, job: RuntimeJob, r: JobRecord) -> int:
@@ -509,13 +524,14 @@ class RuntimeScheduler:
         it after a usage error or ``max_retries`` failures in a row without progress; else back off."""
         self.executor.kill(job.name)
         stuck = self.executor.unreaped(job.name)
+        advanced = job.is_command and r.reported and r.step > r.launch_step
         progressed = self._release(job, r)
         tail = log_tail(self.job_dir(job), max(1, ranks))
         if stuck:
             why += f"; rank process(es) {stuck} not reaped after SIGKILL (stuck in the kernel or GPU driver)"
         if usage_error:
             why = f"its workers reported an input error ({why})"
-        self._count_failure(r, now, why, progressed=progressed, fatal=usage_error)
+        self._count_failure(r, now, why, progressed=progressed, fatal=usage_error, advanced=advanced)
         self.failure_notes[job.name] = (r.gave_up or why) + (f"\n{tail}" if tail else "")
 
     def _release(self, job: RuntimeJob, r: JobRecord) -> bool:
@@ -552,6 +568,8 @@ class RuntimeScheduler:
         for i, (job, r) in enumerate(zip(self.jobs, records, strict=True)):
             if held[i] == 0 or u[i] >= (p if isinstance(p, float) else p[i]) or now < at[i]:
                 continue
+            if i in self._live.stopping:  # already on its way out
+                continue
             if (i, k) in self._live.fired:
                 continue
             self._live.fired.add((i, k))
@@ -564,9 +582,11 @@ class RuntimeScheduler:
     # ------------------------------------------------------------------ decide
     def _fill_state(self, records: list[JobRecord], st: JobsState) -> None:
         total = self.model.total
+        st.pinned = np.zeros(len(records), dtype=bool)
         for i, (job, r) in enumerate(zip(self.jobs, records, strict=True)):
             st.arrived[i] = r.arrived
-            st.done[i] = r.over
+            st.pinned[i] = i in self._live.stopping  # holds its devices until it exits, even if cancelled
+            st.done[i] = r.over and not st.pinned[i]
             st.progress[i] = self.learned.fraction(job, r) * total[i]
             st.t_progress[i], st.t_ckpt[i], st.t_queue[i] = r.t_progress_s, r.t_ckpt_s, r.t_queue_s
             st.restarts[i], st.failures[i], st.started[i] = r.restarts, r.failures, r.started
@@ -578,7 +598,7 @@ class RuntimeScheduler:
     def _decide(self, records: list[JobRecord], st: JobsState, now: float) -> None:
         self._fill_state(records, st)
         waiting_out = np.array([r.retry_at_s > 0 for r in records], dtype=bool)  # backing off: not placed
-        active = np.flatnonzero(st.arrived & ~st.done & ~waiting_out)
+        active = np.flatnonzero((st.arrived & ~st.done & ~waiting_out) | st.pinned)
         plan = step(self.model, st, now, active, self.policy)
         ms = plan.decision_ms
         self.decision_ms.append(ms)
@@ -586,22 +606,65 @@ class RuntimeScheduler:
         stops = [it.job for it in plan.intents if it.intent in (Intent.STOP, Intent.RESTART, Intent.RELOCATE)]
         stops = [i for i in stops if records[i].launched_at_s is not None]
         starts = [it for it in plan.intents if it.intent in (Intent.START, Intent.RESTART, Intent.RELOCATE)]
-        if stops:
-            t0 = time.perf_counter()
-            results = self.executor.stop([self.names[i] for i in stops], self.opts.stop_timeout_s)
-            spent = time.perf_counter() - t0
-            for i in stops:
-                r = records[i]
-                r.t_ckpt_s += spent
-                r.t_queue_s += spent
-                self._release(self.jobs[i], r)
-                if results.get(self.names[i]) == "done":
-                    r.done, r.finish_s = True, now + spent
-                elif results.get(self.names[i]) == "failed":
-                    r.failures += 1
+        self.request_stops(stops, records, now)
+        self._live.pending = starts  # a new decision supersedes the starts the last one could not launch yet
+        self._launch(records, now)
+        allocation: dict[str, Any] = {self.names[i]: records[i].devices for i in active.tolist()}
+        # what the backend runs vs. what this round intends (Ray autoscaler v2's reconciler): the devices each
+        # job holds now — a stopping job its old ones, a start still waiting for them none yet
+        waiting = {it.job for it in self._live.pending}
+        issues = self.executor.reconcile({n: tuple(d) for n, d in allocation.items() if d})
+        if issues:
+            allocation["_reconcile"] = list(issues)  # job names cannot start with '_'
+        if waiting:
+            allocation["_waiting_for_stops"] = sorted(self.names[i] for i in waiting)
+        k = self.store.rounds()
+        self.store.save(records, None, (k, now, ms, json.dumps(allocation, sort_keys=True)))
+
+    def request_stops(self, idx: list[int], records: list[JobRecord], now: float) -> None:
+        """Ask jobs ``idx`` to checkpoint and exit, without waiting: the scheduler goes on ticking (observing,
+        serving, publishing) and ``_advance_stops`` ends each stop when its job has exited, or SIGKILLs it
+        ``stop_timeout_s`` after the request. A stopping job checkpoints: its time counts as restore time."""
+        new = [i for i in idx if i not in self._live.stopping and records[i].launched_at_s is not None]
+        if not new:
+            return
+        self.executor.request_stop([self.names[i] for i in new])
+        for i in new:
+            self._live.stopping[i] = now + self.opts.stop_timeout_s
+
+    def _advance_stops(self, records: list[JobRecord], now: float) -> bool:
+        """End the stops whose jobs have exited (or SIGKILL them past their deadline); True if one ended whose
+        devices no decided start is waiting for (the next round should place them)."""
+        event = False
+        waiting = {it.job for it in self._live.pending}
+        for i, deadline in list(self._live.stopping.items()):
+            job, r = self.jobs[i], records[i]
+            state = self.executor.state(job.name)
+            if state == "running" and now < deadline:
+                continue
+            if state == "running":
+                state = "failed"  # did not checkpoint and exit in time: SIGKILLed below
+                self.failure_notes[job.name] = f"did not stop within {self.opts.stop_timeout_s:g} s of SIGTERM"
+            del self._live.stopping[i]
+            self.executor.kill(job.name)
+            self._release(job, r)
+            if state == "done" and not r.over:
+                r.done, r.finish_s = True, now
+            elif state == "failed":
+                r.failures += 1
+            event |= i not in waiting
+        return event
+
+    def _launch(self, records: list[JobRecord], now: float) -> None:
+        """Launch the pending starts that can run now: not a job still stopping, no device a stopping job
+        holds; the others stay pending."""
+        held = {d for i in self._live.stopping for d in records[i].devices}
+        blocked = [it for it in self._live.pending if it.job in self._live.stopping or held & set(it.gpus)]
+        starts = [it for it in self._live.pending if it not in blocked]
+        self._live.pending = blocked
         for it in starts:  # real processes cannot move without a restart: RELOCATE restarts too
             i, r = it.job, records[it.job]
-            if r.done:
+            if r.over:
                 continue
             job = self.jobs[i]
             self._read_step(job, r)
@@ -626,13 +689,6 @@ class RuntimeScheduler:
             r.launched_at_s = now
             r.launch_step = r.step
             r.ready = False
-        allocation: dict[str, Any] = {self.names[i]: records[i].devices for i in active.tolist()}
-        # what the backend runs vs. what this round intends (Ray autoscaler v2's reconciler)
-        issues = self.executor.reconcile({n: tuple(d) for n, d in allocation.items() if d})
-        if issues:
-            allocation["_reconcile"] = list(issues)  # job names cannot start with '_'
-        k = self.store.rounds()
-        self.store.save(records, None, (k, now, ms, json.dumps(allocation, sort_keys=True)))
 
     # ------------------------------------------------------------------ results
     def _result(self, records: list[JobRecord], end: float, wall: float) -> RunResult:

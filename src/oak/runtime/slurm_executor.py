@@ -600,19 +600,25 @@ class SlurmExecutor:
         return None if rec is None else rec.job_id
 
     # ------------------------------------------------------------------ stop and kill
+    def request_stop(self, names: list[str]) -> None:
+        """``scancel --signal=TERM --full`` every named job (once; a job SLURM has not started again is just
+        cancelled: nothing to checkpoint) and return."""
+        recs = [self._jobs[n] for n in names if n in self._jobs]
+        recs = [rec for rec in recs if rec.final is None and not rec.stop_requested]
+        listing = self._refresh(fresh=True) if recs else {}
+        for rec in recs:
+            rec.stop_requested = True
+            if listing.get(rec.job_id, ("",))[0] == "PENDING":
+                self._scancel(rec.job_id)
+                rec.final = "stopped"
+            else:
+                self._scancel(rec.job_id, "--signal=TERM", "--full")
+
     def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
         """``scancel --signal=TERM --full`` every named job at once, wait up to ``timeout_s`` s for their
         checkpoints, SIGKILL the rest; every job has left SLURM's active states (bounded wait) on return."""
         recs = {n: self._jobs[n] for n in names if n in self._jobs}
-        listing = self._refresh(fresh=True) if recs else {}
-        for rec in recs.values():
-            if rec.final is None:
-                rec.stop_requested = True
-                if listing.get(rec.job_id, ("",))[0] == "PENDING":  # not started (again): nothing to checkpoint
-                    self._scancel(rec.job_id)
-                    rec.final = "stopped"
-                else:
-                    self._scancel(rec.job_id, "--signal=TERM", "--full")
+        self.request_stop(list(recs))
         deadline = time.monotonic() + timeout_s
         pending = [rec for rec in recs.values() if rec.final is None]
         while pending:

@@ -248,9 +248,8 @@ class ServiceScheduler(RuntimeScheduler):
         r = self.records[i]
         if r.over:
             raise OakInputError(f"job {name!r} is already {r.state}")
-        if r.launched_at_s is not None:  # stopped with a checkpoint, as at any stop
-            self.executor.stop([name], self.opts.stop_timeout_s)
-            self._release(self.jobs[i], r)
+        if r.launched_at_s is not None:  # stopped with a checkpoint, as at any stop; the scheduler does not wait
+            self.request_stops([i], self.records, now)
         r.cancelled = True
         r.finish_s = now
         self.store.save([r])

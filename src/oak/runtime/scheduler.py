@@ -318,9 +318,38 @@ class RuntimeScheduler:
             if results.get(self.names[i]) == "done":
                 r.done, r.finish_s = True, now
 
+    def _check_state_intact(self, meta: dict[str, Any]) -> None:
+        """Refuse to begin a new run in a directory whose earlier run's state is gone: its marker
+        (``RUN_MARKER``, written when the run began) is there but state.sqlite holds no run — the database or
+        its write-ahead log was deleted or replaced while no scheduler ran. The earlier run's ranks still
+        running (found through /proc, as orphans are) are stopped with a checkpoint first."""
+        marker = self.run_dir / RUN_MARKER
+        if meta or not marker.is_file():
+            return
+        try:
+            began = json.loads(marker.read_text(encoding="utf-8")).get("started", "")
+        except (OSError, ValueError, AttributeError):
+            began = ""
+        stopped = self._stop_pids(ranks_under(self.run_dir / "jobs"))
+        folders = sorted(p.name for p in (self.run_dir / "jobs").glob("*") if p.is_dir())
+        raise OakInputError(
+            f"{self.run_dir}: the run that began here{f' at {began}' if began else ''} left no state: state.sqlite "
+            f"holds no run (the database or its write-ahead log state.sqlite-wal was deleted or replaced). "
+            f"Nothing was started"
+            + (f"; {len(stopped)} rank process(es) of that run were still running and were stopped" if stopped else "")
+            + (
+                f". Its {len(folders)} job folder(s) and their checkpoints are in {self.run_dir / 'jobs'}"
+                if folders
+                else ""
+            )
+            + f". Restore state.sqlite together with state.sqlite-wal from a backup, or move {self.run_dir} away "
+            f"(or use a new --run-dir) to begin again."
+        )
+
     def _open(self) -> tuple[list[JobRecord], float]:
         """Fresh records, or the committed ones of an interrupted run in the same directory."""
         meta = self.store.meta()
+        self._check_state_intact(meta)
         fp = self._fingerprint()
         if meta:
             if meta.get("fingerprint") != fp:
@@ -338,7 +367,15 @@ class RuntimeScheduler:
         records = [JobRecord(n) for n in self.names]
         start = time.time()
         self.store.save(records, {"fingerprint": fp, "start_wall": start, "policy": self.policy.name})
+        self._mark_run(start)
         return records, start
+
+    def _mark_run(self, start: float) -> None:
+        """Write ``RUN_MARKER``: this directory holds a run, whatever happens to its database."""
+        from oak.io_util import write_atomic
+
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start))
+        write_atomic(self.run_dir / RUN_MARKER, json.dumps({"started": stamp, "start_wall": start}) + "\n", mode=0o600)
 
     def _reap_orphans(self, records: list[JobRecord]) -> None:
         """After a scheduler crash: stop the recorded rank processes that still run — SIGTERM to all at once, so
@@ -346,6 +383,21 @@ class RuntimeScheduler:
         their jobs unplaced. A pid is only signalled if it is its job's: a packaged worker of its directory
         (``/proc/PID/cmdline``) or a command with its ``OAK_JOB_DIR`` (``/proc/PID/environ``)."""
         ours = [pid for r in records for pid in r.pids if _is_rank_of(pid, str(self.run_dir / "jobs" / r.name))]
+        # ranks of this run that no committed record names (launched after the last commit)
+        ours += [pid for pid in ranks_under(self.run_dir / "jobs") if pid not in ours]
+        self._stop_pids(ours)
+        for r in records:
+            if r.pids:
+                done = (self.run_dir / "jobs" / r.name / "done").is_file()
+                if done and not r.done:
+                    r.done = True
+                    r.finish_s = r.finish_s if r.finish_s is not None else r.launched_at_s
+                r.unplace()
+
+    def _stop_pids(self, ours: list[int]) -> list[int]:
+        """SIGTERM the rank processes ``ours`` (each leads its own session) at once, SIGKILL what is left after
+        one stop timeout; returns the ones that were running."""
+        running = [pid for pid in ours if not _gone(pid)]
         for sig, wait_s in ((signal.SIGTERM, self.opts.stop_timeout_s), (signal.SIGKILL, 10.0)):
             live = [pid for pid in ours if not _gone(pid)]
             for pid in live:
@@ -356,13 +408,7 @@ class RuntimeScheduler:
             deadline = time.monotonic() + wait_s
             for pid in live:
                 _wait_gone(pid, max(0.0, deadline - time.monotonic()))
-        for r in records:
-            if r.pids:
-                done = (self.run_dir / "jobs" / r.name / "done").is_file()
-                if done and not r.done:
-                    r.done = True
-                    r.finish_s = r.finish_s if r.finish_s is not None else r.launched_at_s
-                r.unplace()
+        return running
 
     # ------------------------------------------------------------------ measure
     def _observe(self, records: list[JobRecord], now: float, dt: float) -> bool:
@@ -734,6 +780,34 @@ def newest_checkpoint_step(job_dir: Path) -> int:
                 if step > best and (job_dir / f"ckpt-{name[5:-3]}.sha256").is_file():
                     best = step
     return best
+
+
+RUN_MARKER = "run.json"
+"""Written in the run directory when a run begins (its start time): a directory with it but no run in
+state.sqlite has lost its state (``RuntimeScheduler._check_state_intact``)."""
+
+
+def ranks_under(jobs_dir: Path) -> list[int]:
+    """Pids of live rank processes of any job in ``jobs_dir`` (``RUN_DIR/jobs``): packaged workers whose command
+    line names a job directory in it, and commands whose ``OAK_JOB_DIR`` is one (read from /proc; processes of
+    other users are unreadable and skipped)."""
+    prefix = (str(jobs_dir) + os.sep).encode()
+    out = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+                mine = b"oak.runtime.worker" in cmd and any(a.startswith(prefix) for a in cmd)
+                if not mine:
+                    env = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+                    mine = any(v.startswith(b"OAK_JOB_DIR=" + prefix) for v in env)
+            except OSError:
+                continue
+            if mine and not _gone(int(entry.name)):
+                out.append(int(entry.name))
+    return sorted(out)
 
 
 def _is_rank_of(pid: int, job_dir: str) -> bool:

@@ -106,9 +106,15 @@ class RunStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        #: times the write-ahead log was found deleted under a running scheduler and its content saved
+        self.wal_recovered = 0
+        self._connect()
+
+    def _connect(self) -> None:
         # The database, its WAL and its shared-memory file hold every job's command and environment (secrets
         # included): created 0600 whatever the umask (SQLite creates the WAL and SHM with the database's mode
         # bits filtered by the umask, so both are set before it creates any), and tightened if they existed.
+        path = self.path
         old = os.umask(0o077)
         try:
             for f in (path, *self.sidecars()):
@@ -123,6 +129,18 @@ class RunStore:
         for f in (path, *self.sidecars()):
             if f.exists():
                 f.chmod(0o600)
+
+    def _keep_wal(self) -> None:
+        """Committed transactions live in the write-ahead log until SQLite checkpoints them into the database:
+        a WAL deleted under the running scheduler would take them all with it at the next crash (every job
+        acknowledged since the last checkpoint, the run's identity with them). SQLite still holds the deleted
+        file open, so its content is checkpointed into the database and the connection reopened with a new WAL."""
+        if self.sidecars()[0].exists():
+            return
+        self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._db.close()
+        self._connect()
+        self.wal_recovered += 1
 
     def sidecars(self) -> tuple[Path, Path]:
         """SQLite's write-ahead log and shared-memory index of the database."""
@@ -141,6 +159,7 @@ class RunStore:
         self, records: list[JobRecord], meta: dict[str, Any] | None = None, rnd: tuple[Any, ...] | None = None
     ) -> None:
         """Commit the job records (and optionally meta values and one round) atomically."""
+        self._keep_wal()
         with self._tx():
             for r in records:
                 self._db.execute(
@@ -157,6 +176,7 @@ class RunStore:
 
     def submit(self, jobs: list[dict[str, Any]], records: list[JobRecord]) -> None:
         """Commit new submissions with their fresh records in one transaction (all or nothing)."""
+        self._keep_wal()
         with self._tx():
             for job in jobs:
                 self._db.execute("INSERT INTO submissions (name, job) VALUES (?, ?)", (job["name"], json.dumps(job)))

@@ -124,6 +124,7 @@ class ServiceScheduler(RuntimeScheduler):
 
     def _open(self) -> tuple[list[JobRecord], float]:
         meta = self.store.meta()
+        self._check_state_intact(meta)
         fp = self._fingerprint()
         if meta:
             if meta.get("fingerprint") != fp:
@@ -142,6 +143,7 @@ class ServiceScheduler(RuntimeScheduler):
             return records, float(meta["start_wall"])
         start = time.time()
         self.store.save([], {"fingerprint": fp, "start_wall": start, "policy": self.policy.name})
+        self._mark_run(start)
         return [], start
 
     def _build(self, jobs: list[RuntimeJob], records: list[JobRecord] | None = None) -> None:

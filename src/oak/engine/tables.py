@@ -26,9 +26,11 @@ class JobTables:
     def __init__(self, table: GoodputTable, apps: Sequence[AppProfile]) -> None:
         self._table = table
         names: dict[str, int] = {}
+        first: dict[str, AppProfile] = {}
         for a in apps:
             names.setdefault(a.name, len(names))
-        self._profiles = [next(a for a in apps if a.name == n) for n in names]
+            first.setdefault(a.name, a)
+        self._profiles = [first[n] for n in names]
         self.job_app: IntArray = np.array([names[a.name] for a in apps], dtype=np.int64)
         epochs = np.array([len(p.validation.epoch_progress) for p in self._profiles], dtype=np.int64)
         self._offset: IntArray = np.concatenate([[0], np.cumsum(epochs)[:-1]]).astype(np.int64)

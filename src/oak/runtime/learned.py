@@ -173,7 +173,7 @@ class LearnedGoodput:
     def changed(self, jobs: Sequence[RuntimeJob], records: Sequence[JobRecord]) -> bool:
         """Whether a command job's model moved beyond ``REFIT_TOLERANCE``, or its total or bound changed."""
         for j, r in zip(jobs, records, strict=True):
-            if not j.is_command or r.over:
+            if not j.is_command or r.over or not r.arrived:  # a job not yet arrived has not measured anything
                 continue
             old = self._built.get(j.name)
             x, total, cap = self._signature(j, r)

@@ -137,6 +137,8 @@ class _Live:
     """Command job → its current incarnation has not reported yet."""
     stopping: dict[int, float] = field(default_factory=dict)
     """Job index → run-clock deadline of a stop asked for (SIGTERM sent; SIGKILL at the deadline)."""
+    committed_over: set[str] = field(default_factory=set)
+    """Jobs committed since they were over (they change no more)."""
     pending: list[Any] = field(default_factory=list)
     """Starts of the last decision waiting for devices (or a job) still held by a stop in flight."""
 
@@ -269,7 +271,7 @@ class RuntimeScheduler:
                     self._decide(records, self.st, now)
                     self._live.last_round_k = k
                     decide = False
-                self.store.save(records, {"last_tick_s": now})
+                self.store.save(self._changing(records), {"last_tick_s": now})
                 self._published(now)
                 if progress is not None:
                     progress(now, sum(r.done for r in records), len(records))
@@ -282,6 +284,15 @@ class RuntimeScheduler:
                 signal.signal(sig, handler)
         end = time.time() - start_wall
         return self._result(records, end, time.perf_counter() - wall0)
+
+    def _changing(self, records: list[JobRecord]) -> list[JobRecord]:
+        """The records a tick's commit must write: every job that has arrived and is not over, and each job
+        that is over once more (the tick it ended). A job not yet arrived changes only when it is submitted
+        (committed then) or arrives; one over no more — so thousands of future or finished jobs cost nothing
+        per tick."""
+        ended = [r for r in records if r.over and r.name not in self._live.committed_over]
+        self._live.committed_over.update(r.name for r in ended)
+        return [r for r in records if r.arrived and not r.over] + ended
 
     serving = False
     """``oak serve``: keep running when every job is over (new ones may be submitted)."""
@@ -665,7 +676,7 @@ class RuntimeScheduler:
         if waiting:
             allocation["_waiting_for_stops"] = sorted(self.names[i] for i in waiting)
         k = self.store.rounds()
-        self.store.save(records, None, (k, now, ms, json.dumps(allocation, sort_keys=True)))
+        self.store.save(self._changing(records), None, (k, now, ms, json.dumps(allocation, sort_keys=True)))
 
     def request_stops(self, idx: list[int], records: list[JobRecord], now: float) -> None:
         """Ask jobs ``idx`` to checkpoint and exit, without waiting: the scheduler goes on ticking (observing,

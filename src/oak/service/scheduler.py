@@ -101,6 +101,8 @@ class ServiceScheduler(RuntimeScheduler):
         self._inbox: queue.Queue[_Request] = queue.Queue()
         self._lock = threading.Lock()
         self._published_state: dict[str, Any] = {"jobs": [], "time_s": 0.0, "started": False}
+        #: job → (its state key, its published row) for jobs that are not arrived or over (``_rows``)
+        self._row_cache: dict[str, tuple[Any, dict[str, Any]]] = {}
         #: the last round's policy error (None once a round is decided again): in ``oak status --json``
         self.policy_error: str | None = None
         self._metrics_at = -1.0
@@ -260,8 +262,17 @@ class ServiceScheduler(RuntimeScheduler):
 
     # ------------------------------------------------------------------ publishing
     def _rows(self) -> list[dict[str, Any]]:
+        """Every job's row of the published state. A job that has not arrived or is over (and holds nothing)
+        changes only when its state does: its row is reused, so thousands of them cost nothing per tick."""
         rows = []
+        cache = self._row_cache
         for j, r in zip(self.jobs, self.records, strict=True):
+            settled = (not r.arrived or r.over) and not r.devices
+            key = (r.arrived, r.state, r.finish_s, r.failures, r.step, r.gave_up, j.submit_s) if settled else None
+            hit = cache.get(j.name) if settled else None
+            if hit is not None and hit[0] == key:
+                rows.append(hit[1])
+                continue
             rows.append(
                 {
                     "name": j.name,
@@ -284,6 +295,8 @@ class ServiceScheduler(RuntimeScheduler):
                     "learned": self._learned_row(j, r),
                 }
             )
+            if settled:
+                cache[j.name] = (key, rows[-1])
         return rows
 
     def _learned_row(self, j: RuntimeJob, r: JobRecord) -> dict[str, Any] | None:

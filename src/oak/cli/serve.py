@@ -43,6 +43,18 @@ def serve(
         str | None,
         typer.Option(help="Also serve HTTP on HOST:PORT (GET /metrics, POST /v1/request), token in RUN_DIR/token."),
     ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="With --listen: serve HTTPS with this PEM certificate chain (and --tls-key).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="With --tls-cert: the PEM private key.")] = None,
+    insecure_http: Annotated[
+        bool,
+        typer.Option(help="Allow plain HTTP on an address other machines can reach (the token travels in clear)."),
+    ] = False,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(help="With --listen: the bearer token (a 0600 file; default: kept in RUN_DIR/token)."),
+    ] = None,
     stop_seconds: Annotated[float, typer.Option(help="Grace period of a stop (SIGTERM) before SIGKILL.")] = 60.0,
     max_retries: Annotated[int, typer.Option(help="Failures in a row without progress before a job fails.")] = 3,
     stall_seconds: Annotated[float, typer.Option(help="Kill as failed a job whose status stops updating.")] = 180.0,
@@ -70,6 +82,11 @@ def serve(
         stall_seconds=stall_seconds,
     )
     addr = _listen_address(listen) if listen is not None else None
+    if (tls_cert is None) != (tls_key is None):
+        fail("give --tls-cert and --tls-key together")
+    if addr is None and (tls_cert is not None or insecure_http or token_file is not None):
+        fail("--tls-cert, --tls-key, --insecure-http and --token-file apply to --listen HOST:PORT")
+    tls = (tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None
     if run_dir.exists() and not run_dir.is_dir():
         fail(f"--run-dir {run_dir}: exists and is not a directory")
     pol = make_policy(policy, seed=seed)
@@ -92,8 +109,9 @@ def serve(
         print(line, file=sys.stderr, flush=True)
 
     sched = ServiceScheduler(pol, run_dir, opts, executor=executor, catalog=catalog, log=log)
-    listeners = Listeners(Path(run_dir), sched.request, addr)
-    where = f"; HTTP on {listeners.address[0]}:{listeners.address[1]}" if listeners.address else ""
+    listeners = Listeners(Path(run_dir), sched.request, addr, tls, insecure_http, token_file)
+    scheme = "HTTPS" if tls is not None else "HTTP"
+    where = f"; {scheme} on {listeners.address[0]}:{listeners.address[1]}" if listeners.address else ""
     log(
         json.dumps(
             {

@@ -7,7 +7,9 @@ one JSON object per line each way: ``{"op": "status" | "submit" | "cancel" | "me
 Optional transport (``oak serve --listen 127.0.0.1:PORT``): HTTP on that address, every request authenticated
 with the token in ``RUN_DIR/token`` (0600) as ``Authorization: Bearer TOKEN``: ``GET /metrics`` (Prometheus
 text format) and ``POST /v1/request`` (the same JSON objects as the socket). There is no unauthenticated
-network listener.
+network listener. The token is kept across restarts (scrapers keep working) or read from a file of the user's
+(``--token-file``). Plain HTTP listens on loopback only: an address reachable from other machines needs TLS
+(``--tls-cert``/``--tls-key``) or an explicit ``--insecure-http`` — the token is a shell as the service's user.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hmac
+import ipaddress
 import json
 import os
 import secrets
 import socket
 import socketserver
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -158,6 +162,11 @@ def _http_handler(handler: Handler, token: str) -> type[BaseHTTPRequestHandler]:
     class H(BaseHTTPRequestHandler):
         timeout = HTTP_TIMEOUT_S
 
+        def setup(self) -> None:
+            super().setup()  # the connection's timeout is set here: a client that stalls its TLS handshake
+            if isinstance(self.connection, ssl.SSLSocket):  # cannot hold the listener (the handshake runs in
+                self.connection.do_handshake()  # this connection's thread, not in accept)
+
         def _authorised(self) -> bool:
             got = self.headers.get("Authorization", "").encode("utf-8", errors="replace")
             ok = got.startswith(b"Bearer ") and hmac.compare_digest(got[7:].strip(), expected)
@@ -206,10 +215,62 @@ def _http_handler(handler: Handler, token: str) -> type[BaseHTTPRequestHandler]:
     return H
 
 
-class Listeners:
-    """The service's listeners: the Unix socket, and optionally the authenticated HTTP address."""
+#: a token read from a file or kept from a previous start must be at least this long (``secrets.token_hex(24)``
+#: makes 48 characters)
+MIN_TOKEN_CHARS = 32
 
-    def __init__(self, run_dir: Path, handler: Handler, listen: tuple[str, int] | None = None) -> None:
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback address (a name is resolved; unresolvable: False)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
+
+
+def read_token(path: Path, what: str) -> str:
+    """A bearer token from ``path``: one line of at least MIN_TOKEN_CHARS printable characters without spaces,
+    in a file only its owner may read.
+
+    Raises:
+        OakInputError: naming the file and what is wrong.
+    """
+    try:
+        st = path.stat()
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OakInputError(f"{what} {path}: cannot read it ({exc})") from None
+    if st.st_mode & 0o077:
+        raise OakInputError(f"{what} {path}: readable by others (mode {st.st_mode & 0o777:o}); chmod 600 it")
+    if len(text) < MIN_TOKEN_CHARS or not text.isprintable() or any(c.isspace() for c in text):
+        raise OakInputError(
+            f"{what} {path}: expected one line of at least {MIN_TOKEN_CHARS} characters without spaces "
+            "(e.g. python3 -c 'import secrets; print(secrets.token_hex(24))')"
+        )
+    return text
+
+
+class Listeners:
+    """The service's listeners: the Unix socket, and optionally the authenticated HTTP address.
+
+    ``tls``: (certificate chain, private key) PEM files: HTTPS instead of HTTP. ``insecure_http``: allow plain
+    HTTP on an address other machines can reach. ``token_file``: the bearer token (else the one kept in
+    RUN_DIR/token from an earlier start, else a new one)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        handler: Handler,
+        listen: tuple[str, int] | None = None,
+        tls: tuple[Path, Path] | None = None,
+        insecure_http: bool = False,
+        token_file: Path | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self._dir_fd: int | None = None
         self._started = False
@@ -223,15 +284,40 @@ class Listeners:
             raise OakInputError(f"{self.run_dir}: another oak serve is running on this run directory") from None
         try:
             if listen is not None:  # first: a busy port fails before anything else exists
-                token = secrets.token_hex(24)
+                where = f"--listen {listen[0]}:{listen[1]}"
+                if tls is None and not insecure_http and not is_loopback(listen[0]):
+                    raise OakInputError(
+                        f"{where}: plain HTTP there sends the bearer token — a shell as this user — in clear "
+                        "text to anyone on the path; give --tls-cert FILE --tls-key FILE, listen on 127.0.0.1, "
+                        "or add --insecure-http (e.g. behind a TLS proxy on a trusted network)"
+                    )
+                context = None
+                if tls is not None:
+                    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                    context.minimum_version = ssl.TLSVersion.TLSv1_2
+                    try:
+                        context.load_cert_chain(str(tls[0]), str(tls[1]))
+                    except (OSError, ssl.SSLError) as exc:
+                        raise OakInputError(
+                            f"--tls-cert {tls[0]} / --tls-key {tls[1]}: not a usable certificate and key ({exc})"
+                        ) from None
+                self.token_path = self.run_dir / TOKEN_NAME
+                if token_file is not None:
+                    token = read_token(token_file, "--token-file")
+                else:
+                    try:  # kept across restarts: Prometheus scrapers and clients keep working
+                        token = read_token(self.token_path, "token")
+                    except OakInputError:
+                        token = secrets.token_hex(24)
                 try:
                     self.http = ThreadingHTTPServer(listen, _http_handler(handler, token))
                 except OSError as exc:
-                    raise OakInputError(
-                        f"--listen {listen[0]}:{listen[1]}: cannot listen there ({exc.strerror or exc})"
-                    ) from None
+                    raise OakInputError(f"{where}: cannot listen there ({exc.strerror or exc})") from None
+                if context is not None:
+                    self.http.socket = context.wrap_socket(
+                        self.http.socket, server_side=True, do_handshake_on_connect=False
+                    )
                 self.http.daemon_threads = True
-                self.token_path = self.run_dir / TOKEN_NAME
                 _write_private(self.token_path, token + "\n")
             path = socket_path(self.run_dir)
             with contextlib.suppress(FileNotFoundError):

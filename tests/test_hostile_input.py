@@ -3,42 +3,20 @@ ends in a clear error, quickly, instead of freezing or exhausting the scheduler.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from oak.errors import OakInputError
 from oak.runtime.jobs_file import MAX_ALIAS_NODES, parse_jobs
+from support.service import in_process_service as _service
 
 #: a command job that reports its one step and ends
 ONE_STEP = '[{py}, -c, "import oak.job; oak.job.report(1, total_steps=1)"]'
-
-
-@contextlib.contextmanager
-def _service(run_dir: Path, policy: Any, devices: int, **opts: Any) -> Iterator[threading.Thread]:
-    """An in-process ``oak serve`` on ``run_dir`` (0.5 s rounds; ``opts``: other RuntimeOptions) with its Unix
-    socket; yields its thread."""
-    from oak.runtime.scheduler import RuntimeOptions
-    from oak.service.protocol import Listeners
-    from oak.service.scheduler import ServiceScheduler
-
-    sched = ServiceScheduler(policy, run_dir, RuntimeOptions(devices=devices, round_s=0.5, tick_s=0.05, **opts))
-    listeners = Listeners(run_dir, sched.request, None)
-    thread = threading.Thread(target=sched.run, daemon=True)
-    thread.start()
-    try:
-        yield thread
-    finally:
-        sched.interrupted = True
-        thread.join(60)
-        listeners.close()
 
 
 def _alias_bomb(levels: int, fan: int = 10) -> str:

@@ -292,7 +292,7 @@ def test_clients_without_a_server_say_so(tmp_path: Path) -> None:
     out = oak("status", "--run-dir", str(tmp_path))
     assert out.returncode == 2 and "not a run directory of oak serve or oak run" in out.stderr
     out = oak("logs", "--run-dir", str(tmp_path), "a")
-    assert out.returncode == 2 and "no such log" in out.stderr
+    assert out.returncode == 2 and "not a run directory of oak serve or oak run" in out.stderr
 
 
 # ---------------------------------------------------------------------------------------------- oak run, commands

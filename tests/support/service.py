@@ -1,11 +1,14 @@
-"""Start ``oak serve`` in a subprocess, as a user would, and wait for its socket."""
+"""Start ``oak serve`` in a subprocess, as a user would, and wait for its socket; or in-process, on a thread."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 def start_server(argv: list[str], run_dir: Path, log: IO[str], timeout_s: float = 60.0) -> subprocess.Popen[bytes]:
@@ -19,3 +22,23 @@ def start_server(argv: list[str], run_dir: Path, log: IO[str], timeout_s: float 
             raise AssertionError(f"oak serve did not come up: {Path(log.name).read_text()[-3000:]}")
         time.sleep(0.1)
     return server
+
+
+@contextlib.contextmanager
+def in_process_service(run_dir: Path, policy: Any, devices: int, **opts: Any) -> Iterator[threading.Thread]:
+    """An in-process ``oak serve`` on ``run_dir`` (0.5 s rounds; ``opts``: other RuntimeOptions) with its Unix
+    socket; yields its thread."""
+    from oak.runtime.scheduler import RuntimeOptions
+    from oak.service.protocol import Listeners
+    from oak.service.scheduler import ServiceScheduler
+
+    sched = ServiceScheduler(policy, run_dir, RuntimeOptions(devices=devices, round_s=0.5, tick_s=0.05, **opts))
+    listeners = Listeners(run_dir, sched.request, None)
+    thread = threading.Thread(target=sched.run, daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        sched.interrupted = True
+        thread.join(60)
+        listeners.close()

@@ -18,10 +18,18 @@ def print_run_table(result: Any, title: str) -> None:
     table = jobs_table(result, title, digits=1)
     console.print(table)
     s = result.summary()
+    left, n = s["unfinished_jobs"], len(result.jobs)
+    if left == n:  # nothing finished: a JCT would be the time so far, not a result
+        head = f"no job finished ({n} of {n} unfinished) · {s['makespan_s']:,.1f} s run"
+    else:  # unfinished jobs count with their time so far: the true means are larger
+        at_least = "≥ " if left else ""
+        head = (
+            f"mean JCT {at_least}{s['mean_jct_s']:,.1f} s · max {at_least}{s['max_jct_s']:,.1f} s · "
+            f"makespan {s['makespan_s']:,.1f} s"
+        )
     console.print(
-        f"mean JCT {s['mean_jct_s']:,.1f} s · max {s['max_jct_s']:,.1f} s · makespan {s['makespan_s']:,.1f} s · "
-        f"restarts/job {s['restarts_per_job']:.2f} · decision {s['decision_ms_mean']:.3f} ms mean · "
-        f"{s['rounds']} rounds · {s['unfinished_jobs']} unfinished"
+        f"{head} · restarts/job {s['restarts_per_job']:.2f} · decision {s['decision_ms_mean']:.3f} ms mean · "
+        f"{s['rounds']} rounds · {left} unfinished" + (" (counted with their time so far)" if 0 < left < n else "")
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,12 @@ from rich.table import Table
 
 from oak.cli.common import app, console, err_console, fail
 
-RunDir = Annotated[Path, typer.Option(help="The service's run directory (state.sqlite, oak.sock, jobs/).")]
+RunDir = Annotated[
+    Path,
+    typer.Option(
+        envvar="OAK_RUN_DIR", help="The service's run directory (state.sqlite, oak.sock, jobs/); or set OAK_RUN_DIR."
+    ),
+]
 
 
 def _listen_address(text: str) -> tuple[str, int]:
@@ -183,7 +189,8 @@ def submit(
         except UnicodeDecodeError as exc:
             fail(f"{jobs_file}: not UTF-8 text ({exc.reason} at byte {exc.start})")
         source = str(jobs_file)
-    reply = _call(run_dir, "submit", text=text, source=source)
+    # a command job without a workdir runs where it was submitted from, as with sbatch
+    reply = _call(run_dir, "submit", text=text, source=source, cwd=os.getcwd())
     console.print(f"submitted {', '.join(reply['submitted'])}")
 
 
@@ -193,6 +200,13 @@ def cancel(run_dir: RunDir, name: Annotated[str, typer.Argument(help="The job to
     once; the job keeps its devices until it has exited (``oak status`` shows them)."""
     _call(run_dir, "cancel", name=name)
     console.print(f"cancelled {name}: it checkpoints and exits (SIGKILL after the service's --stop-seconds)")
+
+
+@app.command("retry")
+def retry(run_dir: RunDir, name: Annotated[str, typer.Argument(help="The failed or cancelled job.")]) -> None:
+    """Queue a failed or cancelled job again: it resumes from its newest checkpoint with a fresh retry count."""
+    _call(run_dir, "retry", name=name)
+    console.print(f"queued {name} again: it resumes from its newest checkpoint")
 
 
 def _status(run_dir: Path) -> tuple[dict[str, Any], bool]:
@@ -306,29 +320,43 @@ def _table(state: dict[str, Any], live: bool, run_dir: Path) -> Table:
     return t
 
 
+def _only(state: dict[str, Any], name: str | None) -> dict[str, Any]:
+    """``state`` with only job ``name`` (all jobs when None); an unknown name is an input error."""
+    if name is None:
+        return state
+    rows = [r for r in state["jobs"] if r["name"] == name]
+    if not rows:
+        known = ", ".join(r["name"] for r in state["jobs"][:20]) or "none"
+        more = f" and {len(state['jobs']) - 20} more" if len(state["jobs"]) > 20 else ""
+        fail(f"no job {name!r} in this run (jobs: {known}{more})")
+    return {**state, "jobs": rows}
+
+
 @app.command("status")
 def status(
     run_dir: RunDir,
+    name: Annotated[str | None, typer.Argument(help="Only this job.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help='Print {"jobs": [...]} as JSON.')] = False,
     watch: Annotated[bool, typer.Option(help="Redraw every --interval seconds until Ctrl-C.")] = False,
     interval: Annotated[float, typer.Option(help="--watch: seconds between redraws.")] = 2.0,
 ) -> None:
-    """The jobs of a service's run directory: state, devices, steps, restarts and the measured times."""
+    """The jobs of a service's run directory (or one of them): state, devices, steps, restarts and the measured
+    times."""
     if not (math.isfinite(interval) and interval > 0):
         fail(f"--interval {interval!r}: expected a positive number of seconds")
     if json_out:
         state, live = _status(run_dir)
-        print(json.dumps({"jobs": state["jobs"], "live": live}, indent=1))
+        print(json.dumps({"jobs": _only(state, name)["jobs"], "live": live}, indent=1))
         return
     if not watch:
         state, live = _status(run_dir)
-        console.print(_table(state, live, run_dir))
+        console.print(_table(_only(state, name), live, run_dir))
         return
     if not console.is_terminal:  # a pipe or a file: one table per interval, each printed in full
         try:
             while True:
                 state, live = _status(run_dir)
-                console.print(_table(state, live, run_dir))
+                console.print(_table(_only(state, name), live, run_dir))
                 sys.stdout.flush()
                 time.sleep(interval)
         except KeyboardInterrupt:
@@ -339,7 +367,7 @@ def status(
         try:
             while True:
                 state, live = _status(run_dir)
-                view.update(_table(state, live, run_dir), refresh=True)
+                view.update(_table(_only(state, name), live, run_dir), refresh=True)
                 time.sleep(interval)
         except KeyboardInterrupt:
             pass
@@ -353,11 +381,18 @@ def logs(
     lines: Annotated[int, typer.Option(help="Show the last N lines (0: all).")] = 50,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing what is appended.")] = False,
 ) -> None:
-    """A job's rank log (every incarnation, each headed by a '=== … start' line)."""
+    """A job's rank log (every incarnation, each headed by a '=== … start' line). With ``-f``, what is appended,
+    until the job is over (done, failed or cancelled) or Ctrl-C."""
     from oak.runtime.jobs_file import _NAME
 
     if not _NAME.fullmatch(name):
         fail(f"{name!r}: not a job name")
+    if lines < 0:
+        fail(f"--lines {lines}: expected a number of lines >= 0 (0: all)")
+    if rank < 0:
+        fail(f"--rank {rank}: expected a rank >= 0")
+    state, _ = _status(run_dir)
+    row = _only(state, name)["jobs"][0]  # an unknown job is an input error naming the run's jobs
     path = run_dir / "jobs" / name / f"rank{rank}.log"
     if not path.is_file():
         have = (
@@ -365,19 +400,34 @@ def logs(
             if (run_dir / "jobs" / name).is_dir()
             else []
         )
-        fail(f"{path}: no such log" + (f" (this job has {', '.join(have)})" if have else " (the job has not started)"))
+        fail(
+            f"{path}: no such log"
+            + (
+                f" (this job has {', '.join(have)})"
+                if have
+                else f" (job {name!r} is {row['state']}: it has not started)"
+            )
+        )
     with open(path, "rb") as fh:
         data = fh.read()
         text = data.decode("utf-8", errors="replace").splitlines()
         sys.stdout.write("\n".join(text[-lines:] if lines > 0 else text) + ("\n" if text else ""))
         sys.stdout.flush()
         try:
+            over = row["state"] in ("done", "failed", "cancelled")
+            checked = time.monotonic()
             while follow:
                 chunk = fh.read()
                 if chunk:
                     sys.stdout.write(chunk.decode("utf-8", errors="replace"))
                     sys.stdout.flush()
-                else:
-                    time.sleep(0.5)
+                    continue
+                if over:  # the job is over and everything it wrote is printed
+                    break
+                time.sleep(0.5)
+                if time.monotonic() - checked >= 2.0:
+                    checked = time.monotonic()
+                    rows = [r for r in _status(run_dir)[0]["jobs"] if r["name"] == name]
+                    over = not rows or rows[0]["state"] in ("done", "failed", "cancelled")
         except KeyboardInterrupt:
             pass

@@ -77,7 +77,7 @@ class Executor(Protocol):
 def job_spec(job: RuntimeJob, seed: int) -> WorkerSpec | CommandSpec:
     """What a jobs-file entry runs: the user's command (job contract) or the packaged worker's options."""
     if job.is_command:
-        return CommandSpec(command=job.command, extra_env=job.env)
+        return CommandSpec(command=job.command, extra_env=job.env, workdir=job.workdir)
     return worker_spec(job, seed)
 
 

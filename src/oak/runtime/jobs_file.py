@@ -27,6 +27,7 @@ Every error names the file, the line and the field, the value and what was expec
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,7 @@ _FIELDS = (
     "min_step_s",
     "command",
     "env",
+    "workdir",
 )
 #: Longest command (arguments) and environment a command job may carry.
 MAX_COMMAND_ARGS = 1024
@@ -77,6 +79,7 @@ CONTRACT_VARS = frozenset(
         "OAK_CHECKPOINT_DIR",
         "OAK_STATUS_FILE",
         "OAK_INCARNATION",
+        "OAK_WORKDIR",
         "RANK",
         "LOCAL_RANK",
         "WORLD_SIZE",
@@ -111,6 +114,9 @@ class RuntimeJob:
     min_step_s: float = 0.0
     command: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    #: where a command job's ranks start: the jobs file's ``workdir``, else (``oak submit``) the submitter's
+    #: working directory; None: the scheduler's
+    workdir: str | None = None
 
     @property
     def is_command(self) -> bool:
@@ -170,8 +176,26 @@ class _Loader(yaml.SafeLoader):
         return super().compose_node(parent, index)  # type: ignore[no-any-return]
 
 
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+def _literal(item: yaml.Node, value: Any) -> Any:
+    """A plain number's text as written (``1e-3`` stays "1e-3", not "0.001"): command arguments and environment
+    values are strings the user typed."""
+    return item.value if isinstance(item, yaml.ScalarNode) and item.tag in _NUMBER_TAGS else value
+
+
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
     mapping = loader.construct_mapping(node, deep=True)
+    for k, v in node.value:
+        key = str(k.value)
+        if key == "command" and isinstance(v, yaml.SequenceNode) and isinstance(mapping.get(key), list):
+            mapping[key] = [_literal(item, got) for item, got in zip(v.value, mapping[key], strict=False)]
+        elif key == "env" and isinstance(v, yaml.MappingNode) and isinstance(mapping.get(key), dict):
+            env = mapping[key]
+            for ek, ev in v.value:
+                if isinstance(ek, yaml.ScalarNode) and ek.value in env:
+                    env[ek.value] = _literal(ev, env[ek.value])
     lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value}
     mapping["__line__"] = node.start_mark.line + 1
     mapping["__lines__"] = lines
@@ -179,6 +203,13 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+# YAML 1.2 floats: PyYAML follows YAML 1.1, where `1e2` and `3E-4` (no dot) are strings; a user writing
+# `restart_penalty_s: 1e2` means 100.0 (YAML 1.2's core schema, JSON, Python all read it so).
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
 
 
 def _show(value: Any, limit: int = 80) -> str:
@@ -321,8 +352,9 @@ def _job(
         model = ""
         target = integer("target_steps", 1) if "target_steps" in entry or "target_steps" in defaults else 0
     else:
-        if "env" in entry:
-            raise OakInputError(f"{where('env')}: only for a 'command' job")
+        for f in ("env", "workdir"):
+            if f in entry:
+                raise OakInputError(f"{where(f)}: only for a 'command' job")
         given: Any = get("model") if "model" in entry or "model" in defaults else None
         if given is None:
             raise OakInputError(f"{where('model')}: missing; a job needs 'model' ({', '.join(MODELS)}) or 'command'")
@@ -358,6 +390,12 @@ def _job(
             raise OakInputError(f"{where('data')}={_show(data)}: {problem} (expected the cifar-10-batches-py folder)")
     min_step = number("min_step_s", 0.0, 0.0, maximum=MAX_MIN_STEP_S) if not command else 0.0
     env = _env(entry.get("env"), where) if "env" in entry else ()
+    workdir = get("workdir", None) if command else None
+    if workdir is not None:
+        if not isinstance(workdir, str) or not os.path.isabs(workdir) or "\0" in workdir:
+            raise OakInputError(f"{where('workdir')}={_show(workdir)}: expected an absolute directory path")
+        if not os.path.isdir(workdir):
+            raise OakInputError(f"{where('workdir')}={_show(workdir)}: no such directory")
     return RuntimeJob(
         name=name,
         model=model,
@@ -374,6 +412,7 @@ def _job(
         min_step_s=min_step,
         command=command,
         env=env,
+        workdir=workdir,
     )
 
 

@@ -256,6 +256,10 @@ def log_tail(job_dir: Path, world_size: int, lines: int = 20, max_bytes: int = 6
     return "\n".join(blocks)
 
 
+#: A command job's working directory in its ranks' environment (the contract; spawn_rank starts them there).
+WORKDIR_ENV = "OAK_WORKDIR"
+
+
 def spawn_rank(
     argv: list[str],
     env: Mapping[str, str],
@@ -266,7 +270,8 @@ def spawn_rank(
 ) -> subprocess.Popen[bytes]:
     """Start one rank process from an argument list (no shell) in its own session, stdout and stderr appended
     to ``log_path`` (mode 0600) after a start line; ``note`` is added to that line (which shows ``argv`` from
-    its second item: the interpreter is left out, unless ``log_argv0``)."""
+    its second item: the interpreter is left out, unless ``log_argv0``). It starts in ``env[OAK_WORKDIR]`` when
+    set (a command job's submitter's directory), else in the caller's."""
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         shown = argv if log_argv0 else argv[1:]
@@ -280,6 +285,7 @@ def spawn_rank(
             close_fds=True,
             start_new_session=True,
             preexec_fn=preexec_fn,
+            cwd=env.get(WORKDIR_ENV) or None,
         )
     finally:
         os.close(fd)
@@ -309,6 +315,8 @@ class CommandSpec:
 
     command: tuple[str, ...]
     extra_env: tuple[tuple[str, str], ...] = ()
+    #: the directory every rank starts in (``OAK_WORKDIR``; None: the scheduler's own)
+    workdir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -383,6 +391,8 @@ def rank_commands(
         if isinstance(spec, CommandSpec):
             argv = list(spec.command)
             env.update(dict(spec.extra_env))
+            if spec.workdir:
+                env[WORKDIR_ENV] = spec.workdir
         else:
             argv = [python, "-m", "oak.runtime.worker", "--job-dir", str(job_dir), *spec.argv()]
             argv += ["--world-size", str(world_size), "--rank", str(rank)]

@@ -40,7 +40,7 @@ from typing import Any
 
 from oak.errors import OakInputError
 from oak.runtime.executor import JobState, Launch, worker_spec
-from oak.runtime.launch import CHECKPOINT_SUBDIR, DONE_FILE, contract_env, read_status, spawn_rank
+from oak.runtime.launch import CHECKPOINT_SUBDIR, DONE_FILE, WORKDIR_ENV, contract_env, read_status, spawn_rank
 
 try:
     import ray
@@ -362,6 +362,8 @@ class RayExecutor:
                 )
                 env.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
                 env.update(dict(item.job.env))
+                if item.job.workdir:
+                    env[WORKDIR_ENV] = item.job.workdir
                 if not self._ray_gpus:
                     env["CUDA_VISIBLE_DEVICES"] = ""
                 log = str(rec.job_dir / f"rank{rank}.log")

@@ -44,6 +44,7 @@ import numpy as np
 
 from oak.catalog import Catalog
 from oak.engine import ClusterModel, Intent, JobResult, JobsState, RunResult, step
+from oak.engine.rules import PhysicsOptions
 from oak.errors import OakInputError
 from oak.failures import FailureStream, PerJobBernoulli, rng
 from oak.model.cluster import Cluster, homogeneous_cluster
@@ -55,6 +56,7 @@ from oak.runtime.launch import log_tail
 from oak.runtime.learned import LearnedGoodput
 from oak.runtime.store import JobRecord, RunStore
 from oak.workloads import Workload
+from oak.workloads.loader import MAX_TIME_S
 
 Progress = Callable[[float, int, int], None]
 
@@ -202,7 +204,8 @@ class RuntimeScheduler:
                 for j, r in zip(self.jobs, recs, strict=True)
             ),
         )
-        self.model = ClusterModel(workload, runtime_cluster(self.opts), catalog)
+        # no horizon: a real run lasts as long as its jobs (the simulator's --horizon is not an option here)
+        self.model = ClusterModel(workload, runtime_cluster(self.opts), catalog, PhysicsOptions(horizon_s=MAX_TIME_S))
         self.names = [j.name for j in self.jobs]
         self.keys = np.array([rng.job_key(n) for n in self.names], dtype=np.uint64)
         self.failure_stream = FailureStream(self.opts.seed, self.keys, self.opts.round_s)

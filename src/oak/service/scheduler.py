@@ -169,8 +169,8 @@ class ServiceScheduler(RuntimeScheduler):
         if op == "metrics":
             with self._lock:
                 return {"ok": True, "text": self._metrics_text()}
-        if op not in ("submit", "cancel", "ping"):
-            return {"ok": False, "error": f"unknown request {op!r}; expected status, submit, cancel, metrics"}
+        if op not in ("submit", "cancel", "retry", "ping"):
+            return {"ok": False, "error": f"unknown request {op!r}; expected status, submit, cancel, retry, metrics"}
         if op == "ping":
             return {"ok": True}
         req = _Request(op, args)
@@ -197,6 +197,8 @@ class ServiceScheduler(RuntimeScheduler):
             try:
                 if req.op == "submit":
                     req.reply = self._submit(req.args, now)
+                elif req.op == "retry":
+                    req.reply = self._retry(req.args, now)
                 else:
                     req.reply = self._cancel(req.args, now)
                 changed = True
@@ -213,6 +215,15 @@ class ServiceScheduler(RuntimeScheduler):
     def _submit(self, args: dict[str, Any], now: float) -> dict[str, Any]:
         text, source = str(args.get("text", "")), str(args.get("source", "<submission>"))
         parsed = parse_jobs(text, source, tuple(self.catalog.apps))
+        cwd = args.get("cwd")
+        if isinstance(cwd, str) and os.path.isabs(cwd) and os.path.isdir(cwd):  # as sbatch: the submitter's
+            parsed = dataclasses.replace(  # directory, for a command job that names none
+                parsed,
+                jobs=tuple(
+                    dataclasses.replace(j, workdir=cwd) if j.is_command and j.workdir is None else j
+                    for j in parsed.jobs
+                ),
+            )
         have = {j.name: r for j, r in zip(self.jobs, self.records, strict=True)}
         for j in parsed.jobs:
             if j.name in have:
@@ -259,6 +270,27 @@ class ServiceScheduler(RuntimeScheduler):
         self.store.save([r])
         self._note({"event": "cancel", "job": name, "t": round(now, 3)})
         return {"ok": True, "cancelled": name}
+
+    def _retry(self, args: dict[str, Any], now: float) -> dict[str, Any]:
+        """Queue a failed or cancelled job again: it resumes from its newest checkpoint, with a fresh retry
+        count (its failures and restarts so far stay counted)."""
+        name = str(args.get("name", ""))
+        idx = {j.name: i for i, j in enumerate(self.jobs)}
+        if name not in idx:
+            known = ", ".join(sorted(idx)) or "none"
+            raise OakInputError(f"no job {name!r} in this run (jobs: {known})")
+        i = idx[name]
+        r = self.records[i]
+        if r.state not in ("failed", "cancelled"):
+            raise OakInputError(f"job {name!r} is {r.state}; only a failed or cancelled job can be retried")
+        if i in self._live.stopping:
+            raise OakInputError(f"job {name!r} is still stopping; retry it once it has exited")
+        r.gave_up, r.cancelled, r.fail_streak, r.retry_at_s, r.finish_s = None, False, 0, 0.0, None
+        self._live.committed_over.discard(name)
+        self.failure_notes.pop(name, None)
+        self.store.save([r])
+        self._note({"event": "retry", "job": name, "t": round(now, 3)})
+        return {"ok": True, "retried": name}
 
     # ------------------------------------------------------------------ publishing
     def _rows(self) -> list[dict[str, Any]]:

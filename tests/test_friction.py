@@ -1,0 +1,155 @@
+"""What a user of SLURM or Kueue expects of `oak serve` (issue [hardening], the friction list): commands run where
+they were submitted, numbers read as YAML 1.2 does, failed jobs can be retried, `oak status NAME`, `oak logs`
+that knows the run's jobs, `OAK_RUN_DIR`, and honest summaries of interrupted runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from oak.engine.metrics import JobResult, RunResult
+from oak.errors import OakInputError
+from oak.policies import make_policy
+from oak.runtime.jobs_file import parse_jobs
+from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
+from oak.service.protocol import call
+from support.cli import oak
+from support.service import in_process_service
+
+
+def _job(text: str) -> str:
+    return f"jobs:\n  - {text}\n"
+
+
+def test_numbers_read_as_yaml_1_2_and_arguments_keep_their_text() -> None:
+    """`restart_penalty_s: 1e2` was refused (PyYAML reads YAML 1.1, where `1e2` is a string)."""
+    for text, want in (("1e2", 100.0), ("1.5e1", 15.0), (".5e1", 5.0), ("1e+2", 100.0), ("100", 100.0)):
+        job = parse_jobs(_job(f"{{name: a, model: tiny, target_steps: 5, restart_penalty_s: {text}}}"), "j.yaml")
+        assert job.jobs[0].restart_penalty_s == want, text
+    with pytest.raises(OakInputError, match="restart_penalty_s='1e2x'"):
+        parse_jobs(_job("{name: a, model: tiny, target_steps: 5, restart_penalty_s: 1e2x}"), "j.yaml")
+    job = parse_jobs(_job("{name: a, command: [train, --lr, 1e-3, 0.10, 7, 1_000], env: {LR: 1e-3}}"), "j.yaml")
+    assert job.jobs[0].command == ("train", "--lr", "1e-3", "0.10", "7", "1_000")  # as typed, not 0.001
+    assert job.jobs[0].env == (("LR", "1e-3"),)
+
+
+def test_a_workdir_must_be_an_existing_absolute_directory(tmp_path: Path) -> None:
+    ok = parse_jobs(_job(f"{{name: a, command: [x], workdir: {tmp_path}}}"), "j.yaml")
+    assert ok.jobs[0].workdir == str(tmp_path)
+    for bad, why in (("rel/dir", "expected an absolute directory path"), (f"{tmp_path}/nope", "no such directory")):
+        with pytest.raises(OakInputError, match=f"j.yaml:2: jobs\\[0\\].workdir=.*{why}"):
+            parse_jobs(_job(f"{{name: a, command: [x], workdir: {bad}}}"), "j.yaml")
+    with pytest.raises(OakInputError, match="workdir: only for a 'command' job"):
+        parse_jobs(_job(f"{{name: a, model: tiny, target_steps: 5, workdir: {tmp_path}}}"), "j.yaml")
+    with pytest.raises(OakInputError, match="OAK_WORKDIR"):
+        parse_jobs(_job("{name: a, command: [x], env: {OAK_WORKDIR: /tmp}}"), "j.yaml")
+
+
+HERE = "import os, oak.job; open('where.txt', 'w').write(os.getcwd()); oak.job.report(1, total_steps=1)"
+FAIL_ONCE = (
+    "import os, sys, oak.job\n"
+    "if not os.path.exists('tried'):\n"
+    "    open('tried', 'w').close(); sys.exit(2)\n"
+    "oak.job.report(1, total_steps=1)\n"
+)
+
+
+def _wait(run_dir: Path, name: str, state: str, timeout_s: float = 60.0) -> dict[str, object]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = {r["name"]: r for r in call(run_dir, "status")["jobs"]}
+        if rows.get(name, {}).get("state") == state:
+            return rows[name]
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.1)
+
+
+def test_a_command_runs_where_it_was_submitted_and_a_failed_job_can_be_retried(tmp_path: Path) -> None:
+    """A relative command ran in the server's working directory, silently; a failed job's name was taken
+    forever. Now `oak submit` records the submitter's directory (as sbatch does) and `oak retry` queues a
+    failed job again."""
+    run_dir, home = tmp_path / "run", tmp_path / "home"
+    home.mkdir()
+    (home / "once.py").write_text(FAIL_ONCE)
+    with in_process_service(run_dir, make_policy("oak"), 1):
+        text = _job(f"{{name: here, command: [{sys.executable}, -c, {json.dumps(HERE)}]}}")
+        assert call(run_dir, "submit", text=text, source="h.yaml", cwd=str(home))["ok"]
+        _wait(run_dir, "here", "done")
+        assert (home / "where.txt").read_text() == str(home)
+        text = _job(f"{{name: once, command: [{sys.executable}, once.py]}}")  # relative to the submitter
+        assert call(run_dir, "submit", text=text, source="o.yaml", cwd=str(home))["ok"]
+        row = _wait(run_dir, "once", "failed")
+        assert "input error" in str(row["reason"])
+        assert call(run_dir, "retry", name="here")["error"] == (
+            "job 'here' is done; only a failed or cancelled job can be retried"
+        )
+        assert "no job 'nope'" in call(run_dir, "retry", name="nope")["error"]
+        assert call(run_dir, "retry", name="once") == {"ok": True, "retried": "once"}
+        row = _wait(run_dir, "once", "done")
+        assert row["failures"] == 1
+
+
+def _finished_run(tmp_path: Path) -> Path:
+    """A run directory of `oak run` with one finished command job."""
+    run_dir = tmp_path / "run"
+    jobs = tmp_path / "jobs.yaml"
+    report = "import oak.job; oak.job.report(1, total_steps=1)"
+    jobs.write_text(_job(f"{{name: a, command: [{sys.executable}, -c, {json.dumps(report)}]}}"))
+    res = oak("run", str(jobs), "--cpu-slots", "1", "--round-seconds", "1", "--run-dir", str(run_dir))
+    assert res.returncode == 0, res.stderr
+    return run_dir
+
+
+def test_status_of_one_job_logs_that_know_the_jobs_and_oak_run_dir(tmp_path: Path) -> None:
+    run_dir = _finished_run(tmp_path)
+    one = oak("status", "--run-dir", str(run_dir), "a", "--json")
+    assert one.returncode == 0, one.stderr
+    assert [r["name"] for r in json.loads(one.stdout)["jobs"]] == ["a"]
+    nope = oak("status", "--run-dir", str(run_dir), "nope")
+    assert nope.returncode == 2 and "no job 'nope' in this run (jobs: a)" in nope.stderr
+    logs = oak("logs", "--run-dir", str(run_dir), "nope")
+    assert logs.returncode == 2 and "no job 'nope' in this run" in logs.stderr  # not "has not started"
+    neg = oak("logs", "--run-dir", str(run_dir), "a", "--lines", "-5")
+    assert neg.returncode == 2 and "--lines -5: expected a number of lines >= 0" in neg.stderr
+    t0 = time.monotonic()
+    follow = oak("logs", "--run-dir", str(run_dir), "a", "-f")  # the job is over: -f ends
+    assert follow.returncode == 0 and "start" in follow.stdout and time.monotonic() - t0 < 60
+    env = {**os.environ, "OAK_RUN_DIR": str(run_dir)}
+    by_env = subprocess.run(
+        [sys.executable, "-c", "from oak.cli.main import main; main()", "status", "--json"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert by_env.returncode == 0 and json.loads(by_env.stdout)["jobs"][0]["state"] == "done"
+
+
+def test_an_interrupted_run_does_not_report_a_mean_jct(capsys: pytest.CaptureFixture[str]) -> None:
+    """An interrupted `oak run` printed "mean JCT 4.9 s" with 0 of 3 jobs finished."""
+    from oak.cli.run import print_run_table
+
+    def result(finished: int) -> RunResult:
+        jobs = tuple(
+            JobResult(f"j{i}", "x", 0.0, 10.0 if i < finished else None, 0, 0, 1.0, 0.0, 0.0, 1.0, 0.0)
+            for i in range(3)
+        )
+        return RunResult("oak", "w", 0.0, 0, jobs, (1.0,), 20.0, 20.0, 1.0)
+
+    print_run_table(result(0), "none")
+    out = capsys.readouterr().out
+    assert "no job finished (3 of 3 unfinished)" in out and "mean JCT" not in out
+    print_run_table(result(2), "some")
+    out = capsys.readouterr().out
+    assert "mean JCT ≥ " in out and "1 unfinished (counted with their time so far)" in out
+
+
+def test_a_real_run_has_no_horizon(tmp_path: Path) -> None:
+    """Errors of `oak serve` / `oak run` mentioned the simulator's --horizon, which they do not have: a job
+    submitted 58 days ahead was refused."""
+    jobs = parse_jobs(_job("{name: later, command: [x], submit_s: 5e6}"), "j.yaml")
+    sched = RuntimeScheduler(jobs, make_policy("oak"), tmp_path / "run", RuntimeOptions(devices=1))
+    assert sched.model.n == 1

@@ -153,3 +153,46 @@ def test_a_real_run_has_no_horizon(tmp_path: Path) -> None:
     jobs = parse_jobs(_job("{name: later, command: [x], submit_s: 5e6}"), "j.yaml")
     sched = RuntimeScheduler(jobs, make_policy("oak"), tmp_path / "run", RuntimeOptions(devices=1))
     assert sched.model.n == 1
+
+
+def test_errors_of_a_name_job_speak_of_its_options(tmp_path: Path) -> None:
+    """Errors for `oak submit --name` jobs cited line numbers of the YAML generated from the options."""
+    run_dir = tmp_path / "run"
+    with in_process_service(run_dir, make_policy("oak"), 1):
+        out = oak("submit", "--run-dir", str(run_dir), "--name", "big", "--batch-size", "0", "--", "train")
+    assert out.returncode == 2
+    text = " ".join(out.stderr.split())
+    assert "--name big: --batch-size=0: expected" in text and "jobs[0]" not in text, out.stderr
+
+
+def test_a_failed_start_leaves_no_run_behind(tmp_path: Path) -> None:
+    import socket
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    run_dir = tmp_path / "run"
+    try:
+        out = oak("serve", "--run-dir", str(run_dir), "--cpu-slots", "1", "--listen", f"127.0.0.1:{port}")
+    finally:
+        busy.close()
+    assert out.returncode == 2 and "cannot listen there" in out.stderr
+    assert not (run_dir / "state.sqlite").exists()
+
+
+def test_a_job_that_finished_while_no_scheduler_ran_shows_its_last_step(tmp_path: Path) -> None:
+    from oak.runtime.store import JobRecord
+
+    run_dir = tmp_path / "run"
+    job_dir = run_dir / "jobs" / "a"
+    job_dir.mkdir(parents=True)
+    (job_dir / "done").write_text("")
+    (job_dir / "status.json").write_text(json.dumps({"step": 10, "done": True}))
+    jobs = parse_jobs(_job("{name: a, model: tiny, target_steps: 10}"), "j.yaml")
+    sched = RuntimeScheduler(jobs, make_policy("oak"), run_dir, RuntimeOptions(devices=1, stop_timeout_s=1.0))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    r = JobRecord("a", arrived=True, step=0, pids=[gone.pid], launched_at_s=5.0, devices=[0])
+    sched._reap_orphans([r])
+    assert r.done and r.step == 10 and r.state == "done" and r.devices == []

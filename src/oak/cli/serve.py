@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -114,8 +115,16 @@ def serve(
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    fresh = not (Path(run_dir) / "state.sqlite").exists()
     sched = ServiceScheduler(pol, run_dir, opts, executor=executor, catalog=catalog, log=log)
-    listeners = Listeners(Path(run_dir), sched.request, addr, tls, insecure_http, token_file)
+    try:
+        listeners = Listeners(Path(run_dir), sched.request, addr, tls, insecure_http, token_file)
+    except Exception:
+        sched.store.close()
+        if fresh:  # a start that failed (port in use, another service, bad certificate) leaves no run behind
+            for f in ("state.sqlite", "state.sqlite-wal", "state.sqlite-shm"):
+                (Path(run_dir) / f).unlink(missing_ok=True)
+        raise
     scheme = "HTTPS" if tls is not None else "HTTP"
     where = f"; {scheme} on {listeners.address[0]}:{listeners.address[1]}" if listeners.address else ""
     log(
@@ -190,7 +199,19 @@ def submit(
             fail(f"{jobs_file}: not UTF-8 text ({exc.reason} at byte {exc.start})")
         source = str(jobs_file)
     # a command job without a workdir runs where it was submitted from, as with sbatch
-    reply = _call(run_dir, "submit", text=text, source=source, cwd=os.getcwd())
+    from oak.service.protocol import call
+
+    reply = call(run_dir, "submit", text=text, source=source, cwd=os.getcwd())  # no server: an input error
+    if not reply.get("ok"):
+        error = str(reply.get("error", "refused"))
+        if name is not None:  # say it in the options typed, not in the lines of the YAML made from them
+            error = re.sub(
+                rf"^--name {re.escape(name)}:\d+: jobs\[0\]\.(\w+)",
+                lambda m: f"--name {name}: " + ("the command" if m[1] == "command" else "--" + m[1].replace("_", "-")),
+                error,
+            )
+            error = re.sub(rf"^--name {re.escape(name)}:\d+: ", f"--name {name}: ", error)
+        fail(error)
     console.print(f"submitted {', '.join(reply['submitted'])}")
 
 

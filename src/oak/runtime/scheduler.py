@@ -52,7 +52,7 @@ from oak.model.job import JobSpec
 from oak.policies.base import Policy
 from oak.runtime.executor import Executor, Launch, LocalExecutor
 from oak.runtime.jobs_file import JobsFile, RuntimeJob
-from oak.runtime.launch import log_tail
+from oak.runtime.launch import log_tail, read_status
 from oak.runtime.learned import LearnedGoodput
 from oak.runtime.store import JobRecord, RunStore
 from oak.workloads import Workload
@@ -403,9 +403,12 @@ class RuntimeScheduler:
         for r in records:
             if r.pids:
                 done = (self.run_dir / "jobs" / r.name / "done").is_file()
-                if done and not r.done:
+                if done and not r.done:  # finished while no scheduler ran: its last status has its final step
                     r.done = True
                     r.finish_s = r.finish_s if r.finish_s is not None else r.launched_at_s
+                    status = read_status(self.run_dir / "jobs" / r.name) or {}
+                    with contextlib.suppress(TypeError, ValueError):
+                        r.step = max(r.step, int(status.get("step", 0)))
                 r.unplace()
 
     def _stop_pids(self, ours: list[int]) -> list[int]:

@@ -10,6 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+#: a command job (YAML list; format with py=sys.executable) that reports its one step and ends
+ONE_STEP = '[{py}, -c, "import oak.job; oak.job.report(1, total_steps=1)"]'
+
 
 def start_server(argv: list[str], run_dir: Path, log: IO[str], timeout_s: float = 60.0) -> subprocess.Popen[bytes]:
     """Run ``argv`` (an ``oak serve`` command) with stdout and stderr to ``log`` in its own session; returns once

@@ -14,25 +14,11 @@ import numpy as np
 from oak.errors import OakInputError
 from oak.model.snapshot import Allocation, FloatArray, RoundSnapshot, forced_configs, kept_while_restoring
 from oak.policies.base import PolicyBase
+from oak.scoring.sia import SIA_DEFAULT_RESTART_COST_S, SIA_RESTART_COST_S, sia_restart_factor
 from oak.solve import AssignmentProblem, solve_assignment
 
-#: Sia policy's assumed checkpoint-restore cost S_i per application (reference §5.4), seconds.
-SIA_RESTART_COST_S: Mapping[str, float] = {
-    "deepspeech2": 25.0,
-    "imagenet": 250.0,
-    "cifar10": 30.0,
-    "bert": 120.0,
-    "yolov3": 45.0,
-}
-SIA_DEFAULT_RESTART_COST_S = 30.0
 ZERO_ALLOC_GAIN = 1e-4
 UTILITY_CLIP = 3000.0
-
-
-def sia_restart_factor(age_s: FloatArray, restarts: FloatArray, cost_s: FloatArray) -> FloatArray:
-    """r = max(T − K·S, 0)/(T + S), r = 1 if T < S (reference §5.4)."""
-    r = np.maximum(age_s - restarts * cost_s, 0.0) / (age_s + cost_s)
-    return np.where(age_s < cost_s, 1.0, r)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from oak.errors import OakInputError
 from oak.model.snapshot import FloatArray, RoundSnapshot
+from oak.scoring.sia import SIA_DEFAULT_RESTART_COST_S, SIA_RESTART_COST_S, sia_restart_factor
 
 
 class RestartFactor(StrEnum):
@@ -130,8 +131,6 @@ def utility_matrix(snap: RoundSnapshot, params: UtilityParams) -> FloatArray:
 def sia_move_factor(snap: RoundSnapshot) -> FloatArray:
     """(J, C) Sia's reallocation factor (``oak.policies.sia``) on every configuration but the job's current one
     (1 there), as Sia applies it: a job whose factor fell can keep what it holds but hardly move."""
-    from oak.policies.sia import SIA_DEFAULT_RESTART_COST_S, SIA_RESTART_COST_S, sia_restart_factor
-
     cost = np.array([SIA_RESTART_COST_S.get(a, SIA_DEFAULT_RESTART_COST_S) for a in snap.applications])
     r = sia_restart_factor(snap.age_s, snap.restarts.astype(np.float64), cost)
     m = np.repeat(r[:, None], snap.num_configs, axis=1)

@@ -12,7 +12,7 @@ from oak.model.cluster import cluster_preset
 from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.placement.placer import GpuSet
 from oak.policies import make_policy
-from oak.policies.sia import SIA_DEFAULT_RESTART_COST_S, SIA_RESTART_COST_S, sia_restart_factor
+from oak.scoring.sia import SIA_DEFAULT_RESTART_COST_S, SIA_RESTART_COST_S, sia_restart_factor
 from oak.scoring.utility import restart_factor_decomposed
 from oak.sim.compare import RunSpec
 from oak.sim.simulator import Simulator

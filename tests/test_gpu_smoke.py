@@ -20,7 +20,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu-smoke"
 @pytest.mark.long
 def test_gpu_smoke_passes_on_cpu_slots() -> None:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--cpu", "--steps", "36", "--timeout", "240"],
+        [sys.executable, str(SCRIPT), "--cpu", "--steps", "36", "--run-scale", "0.4", "--timeout", "240"],
         capture_output=True,
         text=True,
         timeout=600,

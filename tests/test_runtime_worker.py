@@ -263,6 +263,9 @@ def test_sigkill_during_checkpoint_writes(tmp_path: Path) -> None:
                     checkpoint.save(job, {"step": s, "big": big}, s, keep=2)
             finally:
                 os._exit(code)
+        deadline = time.monotonic() + 60  # a loaded machine: let the child finish one checkpoint of its own first
+        while checkpoint.list_checkpoints(job) == [] and time.monotonic() < deadline:
+            time.sleep(0.01)
         time.sleep(rng.uniform(0.05, 0.25))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)

@@ -253,13 +253,17 @@ class ServiceScheduler(RuntimeScheduler):
         self._note({"event": "submit", "jobs": [j.name for j in new], "t": round(now, 3)})
         return {"ok": True, "submitted": [j.name for j in new]}
 
-    def _cancel(self, args: dict[str, Any], now: float) -> dict[str, Any]:
+    def _named(self, args: dict[str, Any]) -> tuple[str, int]:
+        """The request's job name and its index; an unknown name is an input error listing the run's jobs."""
         name = str(args.get("name", ""))
         idx = {j.name: i for i, j in enumerate(self.jobs)}
         if name not in idx:
             known = ", ".join(sorted(idx)) or "none"
             raise OakInputError(f"no job {name!r} in this run (jobs: {known})")
-        i = idx[name]
+        return name, idx[name]
+
+    def _cancel(self, args: dict[str, Any], now: float) -> dict[str, Any]:
+        name, i = self._named(args)
         r = self.records[i]
         if r.over:
             raise OakInputError(f"job {name!r} is already {r.state}")
@@ -274,12 +278,7 @@ class ServiceScheduler(RuntimeScheduler):
     def _retry(self, args: dict[str, Any], now: float) -> dict[str, Any]:
         """Queue a failed or cancelled job again: it resumes from its newest checkpoint, with a fresh retry
         count (its failures and restarts so far stay counted)."""
-        name = str(args.get("name", ""))
-        idx = {j.name: i for i, j in enumerate(self.jobs)}
-        if name not in idx:
-            known = ", ".join(sorted(idx)) or "none"
-            raise OakInputError(f"no job {name!r} in this run (jobs: {known})")
-        i = idx[name]
+        name, i = self._named(args)
         r = self.records[i]
         if r.state not in ("failed", "cancelled"):
             raise OakInputError(f"job {name!r} is {r.state}; only a failed or cancelled job can be retried")

@@ -1,8 +1,9 @@
 """How `oak run` ends jobs that cannot run: usage errors, crash loops, stalled collectives, GPU counts, ports.
 
-Most tests drive the real scheduler with a scripted executor (no processes): each launch's fate is decided
-by the script, so the retry limit, the back-off and the stall detector are checked without timing races on
-a busy CPU. The rest run real workers: a job whose data vanished after the jobs file was loaded (the worker
+Most tests drive the real scheduler with a scripted executor (no processes) on a fake clock
+(``oak.runtime.clock.FakeClock``): each launch's fate is decided by the script, and the scheduler's tick moves the
+clock instead of waiting, so the retry limit, the back-off and the stall detector are checked at their real
+settings (30 s back-offs, a 180 s stall) in milliseconds, to the tick, without timing races on a busy CPU. The rest run real workers: a job whose data vanished after the jobs file was loaded (the worker
 exits 2), a rank frozen with SIGSTOP (its status stops updating, as in a hung NCCL collective), and a
 two-rank job whose launcher's would-be port is taken by another process.
 """
@@ -24,6 +25,7 @@ from typer.testing import CliRunner
 from oak.errors import OakInputError
 from oak.policies import make_policy
 from oak.runtime import launch
+from oak.runtime.clock import FakeClock
 from oak.runtime.executor import JobState, Launch
 from oak.runtime.jobs_file import parse_jobs
 from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
@@ -52,30 +54,31 @@ class ScriptedExecutor:
 
     fates: list[Fate]
     device_kind: str = "cpu"
+    clock: FakeClock = field(default_factory=FakeClock)
     launches: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
     kills: int = 0
     _live: dict[str, tuple[Fate, float, int]] = field(default_factory=dict)
 
     def launch(self, item: Launch) -> None:
         fate = self.fates[min(len(self.launches), len(self.fates) - 1)]
-        self.launches.append((time.monotonic(), item.devices))
+        self.launches.append((self.clock.time(), item.devices))
         if fate.reach and fate.durable:  # what the scheduler reads back as the newest checkpoint
             item.job_dir.mkdir(parents=True, exist_ok=True)
             for suffix in ("pt", "sha256"):
                 (item.job_dir / f"ckpt-{fate.reach}.{suffix}").write_bytes(b"")
-        self._live[item.job.name] = (fate, time.time(), 1000 + len(self.launches))
+        self._live[item.job.name] = (fate, self.clock.time(), 1000 + len(self.launches))
 
     def state(self, name: str) -> JobState | None:
         if name not in self._live:
             return None
         fate, t0, _ = self._live[name]
-        return fate.end if time.time() - t0 >= fate.after_s else "running"
+        return fate.end if self.clock.time() - t0 >= fate.after_s else "running"
 
     def status(self, name: str) -> dict[str, Any] | None:
         if name not in self._live:
             return None
         fate, t0, pid = self._live[name]
-        return {"pid": pid, "step": fate.reach, "updated_at": t0 if fate.freeze else time.time()}
+        return {"pid": pid, "step": fate.reach, "updated_at": t0 if fate.freeze else self.clock.time()}
 
     def pids(self, name: str) -> list[int]:
         return [self._live[name][2]] if name in self._live else []
@@ -114,34 +117,43 @@ class ScriptedExecutor:
         self._live.clear()
 
 
-def _scripted(tmp_path: Path, fates: list[Fate], **opts: Any) -> tuple[RuntimeScheduler, ScriptedExecutor]:
+def _scripted(
+    tmp_path: Path, fates: list[Fate], text: str = ONE_JOB, **opts: Any
+) -> tuple[RuntimeScheduler, ScriptedExecutor]:
+    """A scheduler of ``text``'s jobs on a scripted executor, both on one fake clock (1 s ticks, 60 s rounds)."""
     ex = ScriptedExecutor(fates)
-    options = RuntimeOptions(devices=1, round_s=30.0, tick_s=0.02, **opts)
-    sched = RuntimeScheduler(parse_jobs(ONE_JOB, "one.yaml"), make_policy("oak"), tmp_path / "run", options, ex)
+    options = RuntimeOptions(**{"devices": 1, "round_s": 60.0, "tick_s": 1.0, **opts})
+    sched = RuntimeScheduler(
+        parse_jobs(text, "one.yaml"), make_policy("oak"), tmp_path / "run", options, ex, clock=ex.clock
+    )
     return sched, ex
 
 
+def _gaps(ex: ScriptedExecutor) -> list[float]:
+    return [b[0] - a[0] for a, b in zip(ex.launches, ex.launches[1:], strict=False)]
+
+
 def test_failures_without_progress_stop_after_the_retry_limit_with_back_off(tmp_path: Path) -> None:
-    sched, ex = _scripted(tmp_path, [Fate()], max_retries=3, retry_backoff_s=0.4, time_limit_s=30.0)
+    sched, ex = _scripted(tmp_path, [Fate()], max_retries=3, retry_backoff_s=30.0, time_limit_s=3600.0)
     result = sched.run()
     r = sched.records[0]
     assert len(ex.launches) == 3, ex.launches
-    gaps = [b[0] - a[0] for a, b in zip(ex.launches, ex.launches[1:], strict=False)]
-    assert gaps[0] >= 0.4 and gaps[1] >= 0.8, gaps  # 0.4 s, then 0.8 s of back-off
+    gaps = _gaps(ex)  # 30 s, then 60 s of back-off, each seen at the next tick after the failure (1 s)
+    assert 30.0 <= gaps[0] <= 32.0 and 60.0 <= gaps[1] <= 62.0, gaps
     assert r.gave_up is not None and "3 failures in a row without progress" in r.gave_up
     assert r.failures == 3 and not r.done and result.jobs[0].jct_s is None
-    assert result.end_time_s < 20.0  # the run ended when the job was given up, not at the time limit
+    assert result.end_time_s < 200.0  # the run ended when the job was given up, not at the time limit
 
 
 def test_progress_resets_the_retry_count(tmp_path: Path) -> None:
     """Failures after steps were made are the cluster's, not the job's: a job that fails five times but
     advances each time is retried every time (without back-off) and finishes."""
-    fates = [Fate(reach=10 * (k + 1), after_s=0.1) for k in range(5)] + [Fate(end="done", reach=100, after_s=0.1)]
-    sched, ex = _scripted(tmp_path, fates, max_retries=2, retry_backoff_s=5.0, time_limit_s=30.0)
-    result = sched.run()
+    fates = [Fate(reach=10 * (k + 1), after_s=5.0) for k in range(5)] + [Fate(end="done", reach=100, after_s=5.0)]
+    sched, ex = _scripted(tmp_path, fates, max_retries=2, retry_backoff_s=30.0, time_limit_s=3600.0)
+    sched.run()
     r = sched.records[0]
     assert r.done and r.gave_up is None and r.failures == 5 and len(ex.launches) == 6
-    assert result.jobs[0].jct_s is not None and result.jobs[0].jct_s < 5.0  # never backed off
+    assert all(g <= 7.0 for g in _gaps(ex)), _gaps(ex)  # never backed off: 5 s runs, relaunched at the next tick
 
 
 def test_a_command_job_that_was_advancing_is_placed_again_without_back_off(tmp_path: Path) -> None:
@@ -150,27 +162,23 @@ def test_a_command_job_that_was_advancing_is_placed_again_without_back_off(tmp_p
     from its next report). Now a job that reported steps beyond where it resumed is placed again at once; one
     that fails before reporting any still backs off."""
     command = "jobs:\n  - {name: j, command: [train], max_gpus: 1, target_steps: 100}\n"
-    fates = [Fate(reach=5, after_s=0.3, exit_codes=(-9,)), Fate(end="done", reach=100, after_s=0.2)]
-    ex = ScriptedExecutor(fates)
-    opts = RuntimeOptions(devices=1, round_s=30.0, tick_s=0.02, retry_backoff_s=30.0, time_limit_s=20.0)
-    sched = RuntimeScheduler(parse_jobs(command, "one.yaml"), make_policy("oak"), tmp_path / "run", opts, ex)
+    fates = [Fate(reach=5, after_s=20.0, exit_codes=(-9,)), Fate(end="done", reach=100, after_s=5.0)]
+    sched, ex = _scripted(tmp_path, fates, command, retry_backoff_s=30.0, time_limit_s=3600.0)
     sched.run()
     r = sched.records[0]
     assert r.done and r.failures == 1 and len(ex.launches) == 2
-    assert ex.launches[1][0] - ex.launches[0][0] < 5.0  # not 30 s of back-off
-    silent = [Fate(reach=0, after_s=0.1, exit_codes=(-9,)), Fate(end="done", reach=100, after_s=0.2)]
-    ex = ScriptedExecutor(silent)
-    opts = RuntimeOptions(devices=1, round_s=30.0, tick_s=0.02, retry_backoff_s=0.5, time_limit_s=20.0)
-    sched = RuntimeScheduler(parse_jobs(command, "one.yaml"), make_policy("oak"), tmp_path / "run2", opts, ex)
+    assert 20.0 <= _gaps(ex)[0] <= 22.0  # its 20 s run, then at once: not 30 s of back-off
+    silent = [Fate(reach=0, after_s=20.0, exit_codes=(-9,)), Fate(end="done", reach=100, after_s=5.0)]
+    sched, ex = _scripted(tmp_path / "2", silent, command, retry_backoff_s=30.0, time_limit_s=3600.0)
     sched.run()
-    assert ex.launches[1][0] - ex.launches[0][0] >= 0.5  # reported nothing: backed off
+    assert 50.0 <= _gaps(ex)[0] <= 52.0  # reported nothing: its 20 s run, then 30 s of back-off
 
 
 def test_steps_lost_with_the_failure_are_not_progress(tmp_path: Path) -> None:
     """A job that crashes every time before its next checkpoint makes no durable progress: it backs off and is
     given up, however many steps each incarnation reported before dying."""
     sched, ex = _scripted(
-        tmp_path, [Fate(reach=5, durable=False, after_s=0.05)], max_retries=3, retry_backoff_s=0.2, time_limit_s=30.0
+        tmp_path, [Fate(reach=5, durable=False, after_s=3.0)], max_retries=3, retry_backoff_s=30.0, time_limit_s=3600.0
     )
     sched.run()
     r = sched.records[0]
@@ -178,7 +186,7 @@ def test_steps_lost_with_the_failure_are_not_progress(tmp_path: Path) -> None:
 
 
 def test_a_usage_error_fails_the_job_at_once(tmp_path: Path) -> None:
-    sched, ex = _scripted(tmp_path, [Fate(exit_codes=(2, -9))], max_retries=5, time_limit_s=30.0)
+    sched, ex = _scripted(tmp_path, [Fate(exit_codes=(2, -9))], max_retries=5, time_limit_s=3600.0)
     sched.run()
     r = sched.records[0]
     assert len(ex.launches) == 1 and r.failures == 1
@@ -193,14 +201,14 @@ def test_a_usage_error_fails_the_job_at_once(tmp_path: Path) -> None:
 def test_a_stalled_job_is_killed_as_failed_and_relaunched(tmp_path: Path) -> None:
     """A job whose status stops updating while its ranks still run (a hung collective) is killed after
     ``stall_s``; the next incarnation runs normally and finishes."""
-    fates = [Fate(end="running", reach=5, freeze=True), Fate(end="done", reach=100, after_s=0.2)]
-    sched, ex = _scripted(tmp_path, fates, stall_s=0.5, time_limit_s=30.0)
+    fates = [Fate(end="running", reach=5, freeze=True), Fate(end="done", reach=100, after_s=5.0)]
+    sched, ex = _scripted(tmp_path, fates, stall_s=180.0, retry_backoff_s=30.0, time_limit_s=3600.0)
     sched.run()
     r = sched.records[0]
     assert r.done and r.failures == 1 and ex.kills >= 1 and len(ex.launches) == 2
     assert "stalled" in sched.failure_notes["j"]
-    stalled_for = ex.launches[1][0] - ex.launches[0][0]
-    assert 0.5 <= stalled_for < 10.0, stalled_for
+    stalled_for = _gaps(ex)[0]  # the stall limit, to the tick; its checkpoint at step 5 was progress: no back-off
+    assert 180.0 <= stalled_for <= 182.0, stalled_for
 
 
 def test_a_job_that_never_reports_is_a_stall_too(tmp_path: Path) -> None:
@@ -209,10 +217,10 @@ def test_a_job_that_never_reports_is_a_stall_too(tmp_path: Path) -> None:
             return None
 
     ex = Silent([Fate(end="running")])
-    opts = RuntimeOptions(
-        devices=1, round_s=30.0, tick_s=0.02, stall_s=0.3, max_retries=2, retry_backoff_s=0.0, time_limit_s=30.0
+    opts = RuntimeOptions(devices=1, round_s=60.0, tick_s=1.0, stall_s=180.0, max_retries=2, time_limit_s=3600.0)
+    sched = RuntimeScheduler(
+        parse_jobs(ONE_JOB, "one.yaml"), make_policy("oak"), tmp_path / "run", opts, ex, clock=ex.clock
     )
-    sched = RuntimeScheduler(parse_jobs(ONE_JOB, "one.yaml"), make_policy("oak"), tmp_path / "run", opts, ex)
     sched.run()
     r = sched.records[0]
     assert r.gave_up is not None and "no status since its launch" in r.gave_up and len(ex.launches) == 2

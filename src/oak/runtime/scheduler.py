@@ -50,6 +50,7 @@ from oak.failures import FailureStream, PerJobBernoulli, rng
 from oak.model.cluster import Cluster, homogeneous_cluster
 from oak.model.job import JobSpec
 from oak.policies.base import Policy
+from oak.runtime.clock import Clock, SystemClock
 from oak.runtime.executor import Executor, Launch, LocalExecutor
 from oak.runtime.jobs_file import JobsFile, RuntimeJob
 from oak.runtime.launch import log_tail, read_status
@@ -156,8 +157,10 @@ class RuntimeScheduler:
         opts: RuntimeOptions,
         executor: Executor | None = None,
         catalog: Catalog | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.jobs = jobs.jobs
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.policy = policy
         self.opts = opts
         self.run_dir = Path(run_dir)
@@ -233,13 +236,13 @@ class RuntimeScheduler:
         self.records = records
         if any(j.is_command for j in self.jobs):  # their learned models, from the committed step times
             self._build(list(self.jobs), records)
-        last = time.time() - start_wall
+        last = self.clock.time() - start_wall
         decide = True
         # not reset here: a stop asked for before the loop starts (another thread, a signal) must still stop it
         previous = self._install_stop_handlers()
         try:
             while not self.interrupted:
-                now = time.time() - start_wall
+                now = self.clock.time() - start_wall
                 dt = max(0.0, now - last)
                 last = now
                 if self._service(now):
@@ -278,14 +281,14 @@ class RuntimeScheduler:
                 self._published(now)
                 if progress is not None:
                     progress(now, sum(r.done for r in records), len(records))
-                time.sleep(self.opts.tick_s)
+                self.clock.sleep(self.opts.tick_s)
         finally:
-            self._stop_all(records, time.time() - start_wall)
+            self._stop_all(records, self.clock.time() - start_wall)
             self.executor.shutdown()
-            self.store.save(records, {"last_tick_s": time.time() - start_wall})
+            self.store.save(records, {"last_tick_s": self.clock.time() - start_wall})
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        end = time.time() - start_wall
+        end = self.clock.time() - start_wall
         return self._result(records, end, time.perf_counter() - wall0)
 
     def _changing(self, records: list[JobRecord]) -> list[JobRecord]:
@@ -379,7 +382,7 @@ class RuntimeScheduler:
             self.store.save(records, {"resumed": int(meta.get("resumed", 0)) + 1})
             return records, float(meta["start_wall"])
         records = [JobRecord(n) for n in self.names]
-        start = time.time()
+        start = self.clock.time()
         self.store.save(records, {"fingerprint": fp, "start_wall": start, "policy": self.policy.name})
         self._mark_run(start)
         return records, start
@@ -465,7 +468,7 @@ class RuntimeScheduler:
                     reported = float(status.get("updated_at"))  # type: ignore[arg-type]
             if reported is not None and self._live.heard.get(job.name, (None, 0.0))[0] != reported:
                 # a new status, timed on this scheduler's clock (the worker's host clock may differ: Ray nodes)
-                self._live.heard[job.name] = (reported, time.time())
+                self._live.heard[job.name] = (reported, self.clock.time())
             if r.ready and not stopping:
                 r.t_progress_s += dt
             else:  # restoring, or checkpointing to stop: restore time (T_ckpt), as in the simulator
@@ -478,8 +481,8 @@ class RuntimeScheduler:
             if state == "running" and (job.is_command and not r.reported):
                 pass  # no status to go stale: a command that does not report is never a stall
             elif state == "running":
-                last, since = self._live.heard.get(job.name, (None, time.time()))
-                silent = time.time() - since
+                last, since = self._live.heard.get(job.name, (None, self.clock.time()))
+                silent = self.clock.time() - since
                 if silent > self.opts.stall_s:
                     what = "no status since its launch" if last is None else "its status stopped updating"
                     self._fail(job, r, now, f"stalled: {what} for {silent:,.0f} s (> {self.opts.stall_s:g} s)", g)
@@ -744,7 +747,7 @@ class RuntimeScheduler:
                 r.restarts += 1
             r.started = True
             r.incarnations += 1
-            self._live.heard[job.name] = (None, time.time())  # the stall clock starts once it is launched
+            self._live.heard[job.name] = (None, self.clock.time())  # the stall clock starts once it is launched
             self._live.first_report[job.name] = True
             r.shape, r.config = it.shape, it.config
             r.devices = list(devs)

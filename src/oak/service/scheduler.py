@@ -20,7 +20,6 @@ import os
 import queue
 import sys
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from oak.engine.ledger import JobsState
 from oak.errors import OakInputError
 from oak.io_util import write_atomic
 from oak.policies.base import Policy
+from oak.runtime.clock import Clock
 from oak.runtime.executor import Executor
 from oak.runtime.jobs_file import JobsFile, RuntimeJob, parse_jobs
 from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
@@ -96,8 +96,9 @@ class ServiceScheduler(RuntimeScheduler):
         executor: Executor | None = None,
         catalog: Catalog | None = None,
         log: Any = None,
+        clock: Clock | None = None,
     ) -> None:
-        super().__init__(JobsFile(path="serve", jobs=()), policy, run_dir, opts, executor, catalog)
+        super().__init__(JobsFile(path="serve", jobs=()), policy, run_dir, opts, executor, catalog, clock)
         self._inbox: queue.Queue[_Request] = queue.Queue()
         self._lock = threading.Lock()
         self._published_state: dict[str, Any] = {"jobs": [], "time_s": 0.0, "started": False}
@@ -143,7 +144,7 @@ class ServiceScheduler(RuntimeScheduler):
             if jobs:
                 self._build(jobs, records)
             return records, float(meta["start_wall"])
-        start = time.time()
+        start = self.clock.time()
         self.store.save([], {"fingerprint": fp, "start_wall": start, "policy": self.policy.name})
         self._mark_run(start)
         return [], start

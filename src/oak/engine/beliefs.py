@@ -70,6 +70,8 @@ class JobBelief:
     grids: dict[str, BatchGrid] = dataclasses.field(default_factory=dict)
     rows: dict[int, tuple[FloatArray, FloatArray]] = dataclasses.field(default_factory=dict)
     fits: int = 0
+    #: bootstrapped (even where no GPU type gave a sample: the job is not measured again each round)
+    booted: bool = False
 
     def believed_profile(self) -> AppProfile:
         if self.profile is None:
@@ -90,11 +92,12 @@ class Beliefs:
 
     def known(self, i: int) -> bool:
         """Whether job ``i`` has been bootstrapped."""
-        return bool(self.jobs[i].params)
+        return self.jobs[i].booted
 
     def bootstrap(self, i: int, samples: Mapping[str, StepSample]) -> None:
         """Job ``i``'s first measurement on each GPU type it has a model for (its smallest size there)."""
         b = self.jobs[i]
+        b.booted = True
         for t, s in samples.items():
             b.samples[t] = [s]
             b.seen.add((t, s.nodes, s.replicas))
@@ -111,14 +114,6 @@ class Beliefs:
         b.seen.add((gpu_type, sample.nodes, sample.replicas))
         self._fit(b, gpu_type)
         self._invalidate(b)
-
-    def params(self, i: int, gpu_type: str) -> ThroughputParams | None:
-        """Job ``i``'s believed model on ``gpu_type`` (None: not learned there)."""
-        return self.jobs[i].params.get(gpu_type)
-
-    def fits(self) -> int:
-        """Refits done so far (all jobs)."""
-        return sum(b.fits for b in self.jobs)
 
     def rows(self, idx: IntArray, epochs: IntArray) -> tuple[FloatArray, FloatArray]:
         """Believed goodput and progress rate (uncalibrated) of jobs ``idx`` at ``epochs`` on every shape."""

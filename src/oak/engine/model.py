@@ -257,17 +257,19 @@ class ClusterModel:
         if snap.kept is not None:
             choice = self._hold_kept(snap, choice)
         chosen = np.flatnonzero(choice >= 0)
-        for pos in chosen.tolist():
+        picked = choice[chosen]
+        bad = (picked >= len(self.configs)) | ~snap.valid[chosen, np.minimum(picked, len(self.configs) - 1)]
+        if bad.any():  # one vectorised check per round; the message is built only when it fails
+            pos = int(chosen[np.flatnonzero(bad)[0]])
             c = int(choice[pos])
-            if c >= len(self.configs) or not snap.valid[pos, c]:
-                what = f"configuration {c} ({self.configs[c]})" if c < len(self.configs) else f"configuration {c}"
-                raise PolicyError(
-                    f"policy {name!r} at t={t:g} s: job {snap.job_names[pos]!r} was given {what}, which is not "
-                    f"valid for it (outside its GPU bounds or where it cannot run; {int(snap.valid[pos].sum())} "
-                    f"of {len(self.configs)} configurations are)"
-                )
+            what = f"configuration {c} ({self.configs[c]})" if c < len(self.configs) else f"configuration {c}"
+            raise PolicyError(
+                f"policy {name!r} at t={t:g} s: job {snap.job_names[pos]!r} was given {what}, which is not "
+                f"valid for it (outside its GPU bounds or where it cannot run; {int(snap.valid[pos].sum())} "
+                f"of {len(self.configs)} configurations are)"
+            )
         used = np.zeros(len(self.capacity), dtype=np.int64)
-        np.add.at(used, self.config_type[choice[chosen]], self.config_gpus[choice[chosen]])
+        np.add.at(used, self.config_type[picked], self.config_gpus[picked])
         if np.any(used > snap.capacity):
             k = int(np.flatnonzero(used > snap.capacity)[0])
             raise PolicyError(

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from oak.catalog import Catalog
-from oak.engine import ClusterModel, Intent, JobResult, JobsState, RunResult, step
+from oak.engine import ClusterModel, Intent, JobIntent, JobResult, JobsState, RunResult, step
 from oak.engine.rules import PhysicsOptions
 from oak.errors import OakInputError
 from oak.failures import FailureStream, PerJobBernoulli, rng
@@ -142,7 +142,7 @@ class _Live:
     """Job index → run-clock deadline of a stop asked for (SIGTERM sent; SIGKILL at the deadline)."""
     committed_over: set[str] = field(default_factory=set)
     """Jobs committed since they were over (they change no more)."""
-    pending: list[Any] = field(default_factory=list)
+    pending: list[JobIntent] = field(default_factory=list)
     """Starts of the last decision waiting for devices (or a job) still held by a stop in flight."""
 
 
@@ -295,10 +295,11 @@ class RuntimeScheduler:
         """The records a tick's commit must write: every job that has arrived and is not over, and each job
         that is over once more (the tick it ended). A job not yet arrived changes only when it is submitted
         (committed then) or arrives; one over no more — so thousands of future or finished jobs cost nothing
-        per tick."""
-        ended = [r for r in records if r.over and r.name not in self._live.committed_over]
+        per tick. A job stopping is live until it has exited."""
+        stopping = {records[i].name for i in self._live.stopping}  # a cancelled job still on its way out
+        ended = [r for r in records if r.over and r.name not in self._live.committed_over and r.name not in stopping]
         self._live.committed_over.update(r.name for r in ended)
-        return [r for r in records if r.arrived and not r.over] + ended
+        return [r for r in records if r.arrived and (not r.over or r.name in stopping)] + ended
 
     serving = False
     """``oak serve``: keep running when every job is over (new ones may be submitted)."""
@@ -725,8 +726,10 @@ class RuntimeScheduler:
         """Launch the pending starts that can run now: not a job still stopping, no device a stopping job
         holds; the others stay pending."""
         held = {d for i in self._live.stopping for d in records[i].devices}
-        blocked = [it for it in self._live.pending if it.job in self._live.stopping or held & set(it.gpus)]
-        starts = [it for it in self._live.pending if it not in blocked]
+        starts: list[JobIntent] = []
+        blocked: list[JobIntent] = []
+        for it in self._live.pending:
+            (blocked if it.job in self._live.stopping or held & set(it.gpus) else starts).append(it)
         self._live.pending = blocked
         for it in starts:  # real processes cannot move without a restart: RELOCATE restarts too
             i, r = it.job, records[it.job]

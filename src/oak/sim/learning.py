@@ -85,9 +85,11 @@ def observe(model: ClusterModel, st: JobsState, active: np.ndarray, seed: int) -
     for i in active.tolist():
         if not beliefs.known(i):
             bootstrap(model, beliefs, i, seed)
+    # jobs that made progress on their shape since they were (re)started: one vectorised filter per round
+    ran = active[(st.shape[active] >= 0) & ~st.ghost[active] & (st.restore_left[active] <= 0)]
+    ran = ran[st.t_progress[ran] > st.ckpt_tprog[ran]]
+    for i in ran.tolist():
         s = int(st.shape[i])
-        if s < 0 or st.ghost[i] or st.restore_left[i] > 0 or st.t_progress[i] <= st.ckpt_tprog[i]:
-            continue
         t = model.cluster.gpu_types[int(model.shape_type[s])]
         if beliefs.seen(i, t, int(model.shape_nodes[s]), int(model.shape_replicas[s])):
             continue

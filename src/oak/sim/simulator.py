@@ -82,7 +82,6 @@ class Simulator:
         st = JobsState.initial(base_submit)
         if self.model.learned:
             st.beliefs = Beliefs(self.model.table, self.model.apps)
-        self._seed = seed
         round_s = ph.round_s
         t = float(st.submit.min())
         interval = -1
@@ -125,7 +124,7 @@ class Simulator:
                 if len(active):
                     idle_before = not bool((st.shape >= 0).any())
                     state_before = st.policy_state
-                    self._decide(st, t, active, policy, decision_ms, on_round)
+                    self._decide(st, t, active, policy, decision_ms, on_round, seed)
                     # The next rounds' snapshots equal this one but for the clock fields: the same decision.
                     idle = (
                         clock_free
@@ -414,10 +413,12 @@ class Simulator:
         policy: Policy,
         decision_ms: list[float],
         on_round: RoundObserver | None,
+        seed: int,
     ) -> None:
-        """One engine step, enacted: the ledger takes each job's intent at once (restores start now)."""
+        """One engine step, enacted: the ledger takes each job's intent at once (restores start now); under
+        learned goodput the jobs' measurements of this run (``seed``) are taken first."""
         if st.beliefs is not None:
-            learning.observe(self.model, st, active, self._seed)
+            learning.observe(self.model, st, active, seed)
         plan = step(self.model, st, t, active, policy)
         decision_ms.append(plan.decision_ms)
         st.policy_state = plan.allocation.state

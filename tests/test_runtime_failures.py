@@ -59,6 +59,9 @@ class ScriptedExecutor:
     kills: int = 0
     _live: dict[str, tuple[Fate, float, int]] = field(default_factory=dict)
 
+    def adopt(self, item: Launch, pids: list[int]) -> bool:
+        return False
+
     def launch(self, item: Launch) -> None:
         fate = self.fates[min(len(self.launches), len(self.fates) - 1)]
         self.launches.append((self.clock.time(), item.devices))

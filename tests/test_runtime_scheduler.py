@@ -91,8 +91,9 @@ def test_single_job_jct_close_to_uninterrupted_run(tmp_path: Path) -> None:
 
 @pytest.mark.long
 def test_scheduler_sigkill_resumes_every_job(tmp_path: Path) -> None:
-    """SIGKILL the scheduler mid-run; a new scheduler on the same run directory reaps the orphaned workers
-    and finishes every job, each with exactly its target steps and no two incarnations at once."""
+    """SIGKILL the scheduler mid-run (injected failures going on); a new scheduler on the same run directory
+    adopts the workers still running and finishes every job, each with exactly its target steps and no two
+    incarnations at once."""
     jobs_file = tmp_path / "jobs.yaml"
     jobs_file.write_text(TWO_JOBS.replace("240", "400").replace("200", "360"))
     run_dir = tmp_path / "run"

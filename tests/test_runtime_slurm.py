@@ -214,13 +214,16 @@ def test_a_downed_node_fails_the_job_which_is_relaunched_and_completes(tmp_path:
 
 
 @pytest.mark.long
-def test_a_killed_scheduler_restarted_on_its_run_directory_leaves_no_slurm_job(tmp_path: Path) -> None:
+def test_a_killed_scheduler_restarted_on_its_run_directory_adopts_its_slurm_jobs(tmp_path: Path) -> None:
+    """SIGKILL ``oak run --backend slurm`` while both jobs run; the same command again adopts their SLURM jobs
+    (found by the run tag in their comments and the rank pids their supervisors recorded): no job is submitted
+    again, none restarted, both finish in the SLURM jobs of the first scheduler, and nothing of the run is left."""
     jobs_file = tmp_path / "two.yaml"
     jobs_file.write_text(
         "jobs:\n"
-        "  - {name: a, model: tiny, target_steps: 300, min_gpus: 1, max_gpus: 2, batch_size: 32, ckpt_every: 20,"
+        "  - {name: a, model: tiny, target_steps: 300, min_gpus: 1, max_gpus: 1, batch_size: 32, ckpt_every: 20,"
         " restart_penalty_s: 10, min_step_s: 0.02}\n"
-        "  - {name: b, model: tiny, target_steps: 260, min_gpus: 1, max_gpus: 2, batch_size: 32, ckpt_every: 20,"
+        "  - {name: b, model: tiny, target_steps: 260, min_gpus: 1, max_gpus: 1, batch_size: 32, ckpt_every: 20,"
         " restart_penalty_s: 10, min_step_s: 0.02}\n"
     )
     run_dir = tmp_path / "run"
@@ -235,12 +238,16 @@ def test_a_killed_scheduler_restarted_on_its_run_directory_leaves_no_slurm_job(t
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
     orphans = _active_of(run_dir)
-    assert orphans, _jobs_of(run_dir)  # its SLURM jobs outlive the scheduler
+    assert len(orphans) == 2, _jobs_of(run_dir)  # its SLURM jobs outlive the scheduler
     second = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
     assert second.returncode == 0, second.stdout + second.stderr
     check_done(run_dir, {"a": 300, "b": 260})
+    with sqlite3.connect(run_dir / "state.sqlite") as con:
+        recs = {n: json.loads(r) for n, r in con.execute("SELECT name, record FROM jobs")}
+    assert all(r["adopted"] == 1 and r["restarts"] == 0 and r["incarnations"] == 1 for r in recs.values()), recs
     assert _active_of(run_dir) == {}, _jobs_of(run_dir)
-    assert all(_jobs_of(run_dir).get(i) not in ACTIVE for i in orphans)
+    ended = _jobs_of(run_dir)
+    assert set(ended) == set(orphans) and all(ended[i] == "COMPLETED" for i in orphans), ended
 
 
 def test_a_request_larger_than_the_partition_fails_fast(tmp_path: Path) -> None:

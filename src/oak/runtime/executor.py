@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from oak.runtime.jobs_file import RuntimeJob
-from oak.runtime.launch import CommandSpec, WorkerHandle, WorkerSpec, start_worker
+from oak.runtime.launch import CommandSpec, WorkerHandle, WorkerSpec, adopt_worker, start_worker
+from oak.runtime.procs import adoptable
 
 JobState = Literal["running", "done", "stopped", "failed"]
 
@@ -36,6 +37,12 @@ class Executor(Protocol):
     device_kind: str
 
     def launch(self, item: Launch) -> None: ...
+
+    def adopt(self, item: Launch, pids: list[int]) -> bool:
+        """Follow the incarnation of ``item`` an earlier scheduler of this run launched (its recorded rank pids,
+        in rank order) as if launched here, when it still runs whole; False if it cannot (then the scheduler
+        stops what is left of it and starts the job again). A backend that cannot adopt returns False."""
+        ...
 
     def state(self, name: str) -> JobState | None: ...
 
@@ -116,6 +123,12 @@ class LocalExecutor:
             device_kind=self._kind,
             job_name=item.job.name,
         )
+
+    def adopt(self, item: Launch, pids: list[int]) -> bool:
+        if item.job.name in self._handles or not adoptable(pids, item.job_dir):
+            return False
+        self._handles[item.job.name] = adopt_worker(item.job_dir, pids, command=item.job.is_command)
+        return True
 
     def state(self, name: str) -> JobState | None:
         h = self._handles.get(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from oak.errors import OakInputError
+from oak.runtime.procs import AdoptedProc, RankProc, clear_exit_files
 
 STATUS_FILE = "status.json"  # same names as oak.runtime.worker, which this module does not import (no torch)
 DONE_FILE = "done"
@@ -86,7 +88,7 @@ class WorkerHandle:
     def __init__(
         self,
         job_dir: Path,
-        procs: list[subprocess.Popen[bytes]],
+        procs: list[RankProc],
         master_port: int | None,
         rendezvous: str | None = None,
         *,
@@ -267,14 +269,16 @@ def spawn_rank(
     note: str = "",
     preexec_fn: Callable[[], None] | None = None,
     log_argv0: bool = False,
+    shown: list[str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start one rank process from an argument list (no shell) in its own session, stdout and stderr appended
     to ``log_path`` (mode 0600) after a start line; ``note`` is added to that line (which shows ``argv`` from
-    its second item: the interpreter is left out, unless ``log_argv0``). It starts in ``env[OAK_WORKDIR]`` when
+    its second item: the interpreter is left out, unless ``log_argv0``; ``shown`` instead, when given). It starts in ``env[OAK_WORKDIR]`` when
     set (a command job's submitter's directory), else in the caller's."""
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        shown = argv if log_argv0 else argv[1:]
+        if shown is None:
+            shown = argv if log_argv0 else argv[1:]
         os.write(fd, f"=== {time.strftime('%Y-%m-%dT%H:%M:%S')} start{note}: {shown}\n".encode())
         return subprocess.Popen(
             argv,
@@ -474,13 +478,18 @@ def start_worker(
     )
     base_env = dict(os.environ)
     base_env.update(env or {})
-    procs: list[subprocess.Popen[bytes]] = []
+    clear_exit_files(job)  # what is there once this incarnation's ranks exit is theirs
+    procs: list[RankProc] = []
     try:
         for rank, rc in enumerate(ranks):
             renv = dict(base_env)
             renv.update(rc.env)
             note = f" incarnation {incarnation} rank {rank}/{world_size}"
-            procs.append(spawn_rank(rc.argv, renv, job / f"rank{rank}.log", note, log_argv0=command))
+            argv = rc.argv
+            if command:  # through oak.runtime.rank_exit: a scheduler that adopts the rank learns how it ended
+                _check_runnable(rc.argv, renv)
+                argv = [python, "-m", "oak.runtime.rank_exit", str(job), str(rank), "--", *rc.argv]
+            procs.append(spawn_rank(argv, renv, job / f"rank{rank}.log", note, shown=rc.argv if command else None))
     except BaseException as exc:
         for p in procs:
             p.kill()
@@ -490,3 +499,27 @@ def start_worker(
         raise
     port = int(ranks[0].env["MASTER_PORT"])
     return WorkerHandle(job, procs, port or None, token, command=command, incarnation=incarnation)
+
+
+def _check_runnable(argv: list[str], env: Mapping[str, str]) -> None:
+    """Raise ``FileNotFoundError`` / ``PermissionError`` as starting ``argv`` would (its program resolved as
+    ``execvp`` does, in the rank's working directory): the rank runs under a wrapper that would only report it
+    as a failed rank."""
+    prog = argv[0] if argv else ""
+    if os.sep in prog:
+        path = Path(env.get(WORKDIR_ENV) or os.getcwd()) / prog
+        if not path.is_file():
+            raise FileNotFoundError(2, "No such file or directory", prog)
+        if not os.access(path, os.X_OK):
+            raise PermissionError(13, "Permission denied", prog)
+    elif shutil.which(prog, path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(2, "No such file or directory", prog)
+
+
+def adopt_worker(job_dir: str | Path, pids: Sequence[int], *, command: bool) -> WorkerHandle:
+    """The handle of a running incarnation an earlier scheduler started (its ranks' pids in rank order, checked
+    by the caller with ``procs.adoptable``): signals, status and done-ness as for one this process started; exit
+    statuses from the files the ranks leave (``oak.runtime.procs``)."""
+    job = Path(job_dir)
+    procs: list[RankProc] = [AdoptedProc(pid, job, rank) for rank, pid in enumerate(pids)]
+    return WorkerHandle(job, procs, None, None, command=command)

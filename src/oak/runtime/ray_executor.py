@@ -298,6 +298,10 @@ class RayExecutor:
                 best = max(best, float(node.get("Resources", {}).get(self.resource, 0.0)))
         return "STRICT_PACK" if best >= n else "PACK"
 
+    def adopt(self, item: Launch, pids: list[int]) -> bool:
+        """Not yet: a restarted scheduler stops what is left of this run's actors and starts the jobs again."""
+        return False
+
     def launch(self, item: Launch) -> None:
         name = item.job.name
         if name in self._jobs:

@@ -55,6 +55,7 @@ from oak.runtime.executor import Executor, Launch, LocalExecutor
 from oak.runtime.jobs_file import JobsFile, RuntimeJob
 from oak.runtime.launch import log_tail, read_status
 from oak.runtime.learned import LearnedGoodput
+from oak.runtime.procs import gone, is_rank_of, ranks_under, read_exit_status, wait_gone
 from oak.runtime.store import JobRecord, RunStore
 from oak.workloads import Workload
 from oak.workloads.loader import MAX_TIME_S
@@ -376,7 +377,7 @@ class RuntimeScheduler:
                 )
             saved = self.store.jobs()
             records = [saved.get(n, JobRecord(n)) for n in self.names]
-            self._reap_orphans(records)
+            self._resume_running(records)
             for r in records:
                 if self.opts.retry_failed and r.gave_up is not None:
                     r.gave_up, r.fail_streak, r.retry_at_s = None, 0, 0.0
@@ -395,32 +396,73 @@ class RuntimeScheduler:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start))
         write_atomic(self.run_dir / RUN_MARKER, json.dumps({"started": stamp, "start_wall": start}) + "\n", mode=0o600)
 
+    def _resume_running(self, records: list[JobRecord]) -> None:
+        """After a scheduler restart: adopt every job whose recorded incarnation still runs whole (all its
+        ranks alive and its own, and a backend that can follow it), so that the restart costs it nothing; then
+        reap what is left of the others (``_reap_orphans``)."""
+        for job, r in zip(self.jobs, records, strict=True):
+            if r.launched_at_s is None or r.over or not r.pids:
+                continue
+            item = Launch(job, self.job_dir(job), tuple(r.devices), self.opts.seed)
+            if self.executor.adopt(item, list(r.pids)):
+                r.adopted += 1
+                self._live.heard[job.name] = (None, self.clock.time())  # its stall clock starts again here
+        self._reap_orphans(records)
+
     def _reap_orphans(self, records: list[JobRecord]) -> None:
-        """After a scheduler crash: stop the recorded rank processes that still run — SIGTERM to all at once, so
-        that they checkpoint and exit as at any stop, SIGKILL to what is left after one stop timeout — and mark
-        their jobs unplaced. A pid is only signalled if it is its job's: a packaged worker of its directory
-        (``/proc/PID/cmdline``) or a command with its ``OAK_JOB_DIR`` (``/proc/PID/environ``)."""
-        ours = [pid for r in records for pid in r.pids if _is_rank_of(pid, str(self.run_dir / "jobs" / r.name))]
-        # ranks of this run that no committed record names (launched after the last commit)
-        ours += [pid for pid in ranks_under(self.run_dir / "jobs") if pid not in ours]
+        """After a scheduler crash: stop the rank processes of this run that no adopted job owns — SIGTERM to all
+        at once, so that they checkpoint and exit as at any stop, SIGKILL to what is left after one stop timeout
+        — and mark their jobs unplaced. A pid is only signalled if it is its job's: a packaged worker of its
+        directory (``/proc/PID/cmdline``) or a command with its ``OAK_JOB_DIR`` (``/proc/PID/environ``). A job
+        whose incarnation ended while no scheduler ran is done if it finished (the worker's ``done`` marker, or
+        every rank of a command exited 0)."""
+        followed = {n for n in self.names if self.executor.state(n) is not None}
+        kept = {pid for r in records if r.name in followed for pid in r.pids}
+        ours = [
+            pid
+            for r in records
+            if r.name not in followed
+            for pid in r.pids
+            if is_rank_of(pid, self.run_dir / "jobs" / r.name)
+        ]
+        # ranks of this run that no committed record names (launched after the last commit); an adopted
+        # command's rank runs under a wrapper that is its recorded pid, which keeps its whole group
+        ours += [pid for pid in ranks_under(self.run_dir / "jobs") if pid not in ours and not self._in_kept(pid, kept)]
+        # how each incarnation ended on its own, read before the stops below (a stopped command exits 0 too)
+        finished = {
+            r.name: all(read_exit_status(self.job_dir(job), rank, pid) == 0 for rank, pid in enumerate(r.pids))
+            for job, r in zip(self.jobs, records, strict=True)
+            if job.is_command and r.pids and r.name not in followed
+        }
         self._stop_pids(ours)
-        for r in records:
-            if r.pids:
-                done = (self.run_dir / "jobs" / r.name / "done").is_file()
+        for job, r in zip(self.jobs, records, strict=True):
+            if r.pids and r.name not in followed:
+                job_dir = self.job_dir(job)
+                done = finished[r.name] if job.is_command else (job_dir / "done").is_file()
                 if done and not r.done:  # finished while no scheduler ran: its last status has its final step
                     r.done = True
                     r.finish_s = r.finish_s if r.finish_s is not None else r.launched_at_s
-                    status = read_status(self.run_dir / "jobs" / r.name) or {}
+                    status = read_status(job_dir) or {}
                     with contextlib.suppress(TypeError, ValueError):
                         r.step = max(r.step, int(status.get("step", 0)))
+                    if job.is_command:
+                        r.step = max(r.step, self._target(job, r))
                 r.unplace()
+
+    @staticmethod
+    def _in_kept(pid: int, kept: set[int]) -> bool:
+        """Whether ``pid`` belongs to the session of one of the ``kept`` (adopted) rank processes."""
+        try:
+            return os.getsid(pid) in kept
+        except OSError:
+            return False
 
     def _stop_pids(self, ours: list[int]) -> list[int]:
         """SIGTERM the rank processes ``ours`` (each leads its own session) at once, SIGKILL what is left after
         one stop timeout; returns the ones that were running."""
-        running = [pid for pid in ours if not _gone(pid)]
+        running = [pid for pid in ours if not gone(pid)]
         for sig, wait_s in ((signal.SIGTERM, self.opts.stop_timeout_s), (signal.SIGKILL, 10.0)):
-            live = [pid for pid in ours if not _gone(pid)]
+            live = [pid for pid in ours if not gone(pid)]
             for pid in live:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, sig)  # each rank leads its own session (launch.spawn_rank)
@@ -428,7 +470,7 @@ class RuntimeScheduler:
                     os.kill(pid, sig)
             deadline = time.monotonic() + wait_s
             for pid in live:
-                _wait_gone(pid, max(0.0, deadline - time.monotonic()))
+                wait_gone(pid, max(0.0, deadline - time.monotonic()))
         return running
 
     # ------------------------------------------------------------------ measure
@@ -808,63 +850,3 @@ def newest_checkpoint_step(job_dir: Path) -> int:
 RUN_MARKER = "run.json"
 """Written in the run directory when a run begins (its start time): a directory with it but no run in
 state.sqlite has lost its state (``RuntimeScheduler._check_state_intact``)."""
-
-
-def ranks_under(jobs_dir: Path) -> list[int]:
-    """Pids of live rank processes of any job in ``jobs_dir`` (``RUN_DIR/jobs``): packaged workers whose command
-    line names a job directory in it, and commands whose ``OAK_JOB_DIR`` is one (read from /proc; processes of
-    other users are unreadable and skipped)."""
-    prefix = (str(jobs_dir) + os.sep).encode()
-    out = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-                mine = b"oak.runtime.worker" in cmd and any(a.startswith(prefix) for a in cmd)
-                if not mine:
-                    env = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-                    mine = any(v.startswith(b"OAK_JOB_DIR=" + prefix) for v in env)
-            except OSError:
-                continue
-            if mine and not _gone(int(entry.name)):
-                out.append(int(entry.name))
-    return sorted(out)
-
-
-def _is_rank_of(pid: int, job_dir: str) -> bool:
-    """Whether ``pid`` is a rank process of the job in ``job_dir`` (read from /proc; False if unreadable)."""
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if b"oak.runtime.worker" in cmd and job_dir.encode() in cmd:
-            return True
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"OAK_JOB_DIR=" + job_dir.encode() in env
-
-
-def _gone(pid: int) -> bool:
-    """The process has exited (a zombie left unreaped by its new parent counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2 :].startswith("Z")
-
-
-def _wait_gone(pid: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        if _gone(pid):
-            return
-        time.sleep(0.05)

@@ -61,6 +61,7 @@ from oak.runtime.launch import (
     read_status,
     spawn_rank,
 )
+from oak.runtime.procs import write_exit_status
 
 PREFIX = "oak"
 """Jobs are named ``oak-<run tag>-<job>`` and commented ``oak:<run tag>:<job>:<incarnation>``."""
@@ -386,6 +387,36 @@ class SlurmExecutor:
             )
 
     # ------------------------------------------------------------------ launch
+    def adopt(self, item: Launch, pids: list[int]) -> bool:
+        """Follow the SLURM job an earlier scheduler of this run submitted for ``item``: an active job of the run
+        (its comment names the job and its incarnation) whose supervisor recorded exactly ``pids``."""
+        name = item.job.name
+        if name in self._jobs or not pids:
+            return False
+        job_dir = Path(item.job_dir).resolve()
+        tag = run_tag(job_dir.parent.parent)
+        if self._tag is None:
+            self._tag = tag
+        for job_id, (state, _reason, comment) in self._refresh(fresh=True).items():
+            parts = comment.split(":")
+            if len(parts) != 4 or parts[:3] != [PREFIX, tag, name] or state != "RUNNING":
+                continue
+            inc_dir = job_dir / INCARNATIONS_SUBDIR / parts[3]
+            try:
+                obj = json.loads((inc_dir / PIDS_FILE).read_text(encoding="utf-8"))
+                recorded = [int(p) for p in obj.get("pids", [])]
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+            if recorded != list(pids):
+                continue
+            rec = _Job(name, job_id, job_dir, inc_dir, len(pids), item.job.is_command, parts[3], list(pids))
+            rec.host = str(obj.get("host", ""))
+            if self._outcome(rec, fresh=True) != "running":
+                return False
+            self._jobs[name] = rec
+            return True
+        return False
+
     def launch(self, item: Launch) -> None:
         name = item.job.name
         if name in self._jobs:
@@ -744,8 +775,8 @@ class SlurmExecutor:
     def adopt_or_cancel_orphans(self, run_dir: str | Path, grace_s: float = 30.0) -> list[str]:
         """After a scheduler restart: cancel every SLURM job of the run in ``run_dir`` that this executor does not
         own — SIGTERM first (a checkpoint, as at any stop), SIGKILL after ``grace_s`` s — and wait for them to end;
-        returns one line per job cancelled. The new scheduler cannot adopt them (it resumes every job from its
-        newest checkpoint), so they would only hold devices. The first launch of a run does this anyway; call it
+        returns one line per job cancelled. What the scheduler adopted (``adopt``) is this executor's own and
+        spared; the others would only hold devices. The first launch of a run does this anyway; call it
         before the scheduler starts to report what it cancelled."""
         return self.adopt_or_cancel_orphans_of_tag(run_tag(run_dir), grace_s)
 
@@ -888,6 +919,8 @@ def supervise(inc_dir: Path) -> int:
             if code is None or rank in written:
                 continue
             _write_atomic(inc_dir / f"exit-{rank}", f"{code}\n")
+            with contextlib.suppress(OSError):  # also where a restarted scheduler looks (oak.runtime.procs)
+                write_exit_status(job_dir, rank, p.pid, code)
             written.add(rank)
             if code != 0 and not (command and stop["requested"] and code == -signal.SIGTERM):
                 failed = True
@@ -897,6 +930,8 @@ def supervise(inc_dir: Path) -> int:
                 code = p.wait()
                 if rank not in written:
                     _write_atomic(inc_dir / f"exit-{rank}", f"{code}\n")
+                    with contextlib.suppress(OSError):
+                        write_exit_status(job_dir, rank, p.pid, code)
             return 1
         if len(written) == world:
             return 0

@@ -2,8 +2,8 @@
 
 Each scheduler tick that changes anything writes, in one transaction, every job's record (state, measured
 counters, devices, worker process ids) and each round's allocation. A scheduler killed at any instant leaves
-the last committed tick; ``oak run`` with the same run directory reads it back, kills the dead scheduler's
-orphaned workers and resumes every job from its newest valid checkpoint.
+the last committed tick; ``oak run`` with the same run directory reads it back, adopts the jobs whose
+workers still run (not restarted) and resumes every other job from its newest valid checkpoint.
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ class JobRecord:
     reported: bool = False
     silent: bool = False
     resume_step: int = 0
+    adopted: int = 0
+    """Times a restarted scheduler adopted the job's running incarnation instead of restarting it."""
 
     @property
     def over(self) -> bool:

@@ -870,5 +870,19 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
 
 
+def _leave_exit_status(code: int) -> None:
+    """Leave this rank's exit status in its job directory (``oak.runtime.procs``): a scheduler that adopted the
+    rank after a restart, not its parent, learns from it how the rank ended (launched under the job contract's
+    environment only)."""
+    job_dir, rank = os.environ.get("OAK_JOB_DIR"), os.environ.get("OAK_RANK", "")
+    if job_dir and rank.isdigit():
+        from oak.runtime.procs import write_exit_status
+
+        with contextlib.suppress(OSError):
+            write_exit_status(job_dir, int(rank), os.getpid(), code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _code = main()
+    _leave_exit_status(_code)
+    sys.exit(_code)

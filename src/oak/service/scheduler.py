@@ -139,10 +139,10 @@ class ServiceScheduler(RuntimeScheduler):
             jobs = [job_from_dict(d) for d in self.store.submissions()]
             saved = self.store.jobs()
             records = [saved.get(j.name, JobRecord(j.name)) for j in jobs]
-            self._reap_orphans(records)
-            self.store.save(records, {"resumed": int(meta.get("resumed", 0)) + 1})
             if jobs:
                 self._build(jobs, records)
+            self._resume_running(records)
+            self.store.save(records, {"resumed": int(meta.get("resumed", 0)) + 1})
             return records, float(meta["start_wall"])
         start = self.clock.time()
         self.store.save([], {"fingerprint": fp, "start_wall": start, "policy": self.policy.name})
@@ -311,6 +311,8 @@ class ServiceScheduler(RuntimeScheduler):
                     "state": r.state,
                     "devices": list(r.devices),
                     "restarts": r.restarts,
+                    "incarnations": r.incarnations,
+                    "adopted": r.adopted,
                     "failures": r.failures,
                     "step": r.step,
                     "total_steps": self.learned.total(j, r) if (j.target_steps or r.total_steps) else None,

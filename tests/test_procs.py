@@ -1,0 +1,80 @@
+"""Rank processes followed from outside (``oak.runtime.procs``) and the exit-status wrapper of command ranks
+(``oak.runtime.rank_exit``): what a restarted scheduler relies on to adopt running jobs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from oak.errors import OakInputError
+from oak.runtime.launch import CommandSpec, adopt_worker, start_worker
+from oak.runtime.procs import (
+    AdoptedProc,
+    adoptable,
+    exit_file,
+    gone,
+    is_rank_of,
+    ranks_under,
+    read_exit_status,
+    wait_gone,
+)
+
+
+def _wrapped(job_dir: Path, *command: str) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "oak.runtime.rank_exit", str(job_dir), "0", "--", *command]
+    return subprocess.Popen(argv, start_new_session=True, env={**os.environ, "OAK_JOB_DIR": str(job_dir)})
+
+
+@pytest.mark.parametrize(("code", "expected"), [("0", 0), ("3", 3), ("-15", -signal.SIGTERM)])
+def test_the_wrapper_leaves_the_commands_exit_status_and_ends_the_same_way(
+    tmp_path: Path, code: str, expected: int
+) -> None:
+    script = "import os, signal, sys; c = int(sys.argv[1]); os.kill(os.getpid(), -c) if c < 0 else sys.exit(c)"
+    proc = _wrapped(tmp_path, sys.executable, "-c", script, code)
+    assert proc.wait(30) == expected
+    assert read_exit_status(tmp_path, 0, proc.pid) == expected
+    assert read_exit_status(tmp_path, 0, proc.pid + 1) is None  # another process's status is not this one's
+
+
+def test_an_adopted_rank_is_followed_by_pid_and_ends_as_its_exit_file_says(tmp_path: Path) -> None:
+    """A rank started elsewhere (here: by this test, as an earlier scheduler would): alive → running; a SIGTERM
+    through the adopted handle ends the command, whose status the wrapper leaves; a rank gone without one was
+    SIGKILLed."""
+    job = tmp_path / "jobs" / "j"
+    job.mkdir(parents=True)
+    proc = _wrapped(job, sys.executable, "-c", "import time; time.sleep(60)")
+    deadline = time.monotonic() + 10
+    while len(ranks_under(tmp_path / "jobs")) < 2:  # the wrapper and the command it started
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert is_rank_of(proc.pid, job)  # its environment names the job's directory
+    assert adoptable([proc.pid], job) and not adoptable([proc.pid], tmp_path / "jobs" / "other")
+    handle = adopt_worker(job, [proc.pid], command=True)
+    assert handle.poll() is None and handle.pids == [proc.pid]
+    handle.request_stop()  # the rank's process group: the command gets SIGTERM, the wrapper records it
+    assert proc.wait(10) == -signal.SIGTERM
+    assert handle.wait(10) == 0  # a command ended by the SIGTERM it was asked to stop with: a stop
+    assert handle.returncodes() == [-signal.SIGTERM] and not handle.is_done()
+
+    lost = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    follow = AdoptedProc(lost.pid, job, 1)
+    assert follow.poll() is None
+    lost.kill()
+    lost.wait()
+    assert wait_gone(lost.pid, 5) and gone(lost.pid)
+    assert not exit_file(job, 1).exists() and follow.poll() == -signal.SIGKILL
+
+
+def test_a_command_that_cannot_start_is_refused_at_launch(tmp_path: Path) -> None:
+    """Behind the wrapper a missing program would only be a failed rank: the launch still refuses it, as the
+    job's own input error."""
+    with pytest.raises(OakInputError, match=r"cannot start its command .*no/such/program"):
+        start_worker(tmp_path / "j", CommandSpec(command=("/no/such/program",)), 1, [0])
+    with pytest.raises(OakInputError, match="cannot start its command"):
+        start_worker(tmp_path / "j", CommandSpec(command=("no-such-program-oak",)), 1, [0])

@@ -522,3 +522,41 @@ def test_sigterm_of_a_service_with_no_jobs_exits_0(tmp_path: Path) -> None:
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=60) == 0, (tmp_path / "serve.log").read_text()[-3000:]
     assert "Traceback" not in (tmp_path / "serve.log").read_text()
+
+
+@pytest.mark.long
+def test_a_job_cancelled_just_before_the_server_died_is_not_taken_for_finished(tmp_path: Path) -> None:
+    """oak cancel sends the job SIGTERM (it checkpoints and exits 0, as a stopped command does); the server is
+    SIGKILLed before it sees the exit. The restarted server must not take that exit 0 for a finish: the stop was
+    committed before the signal was sent, so the job is cancelled, not done."""
+    run_dir = tmp_path / "run"
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text("jobs:\n" + count_job("a", 400, step_s=0.1))
+    argv = [*MAIN, "serve", "--run-dir", str(run_dir), "--cpu-slots", "1", "--round-seconds", "5"]
+    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 (closed below)
+    server = start_server(argv, run_dir, log)
+    try:
+        assert oak("submit", "--run-dir", str(run_dir), str(jobs)).returncode == 0
+        _wait(run_dir, lambda j: j.get("a", {}).get("state") == "running" and j["a"]["step"] > 3)
+        assert call(run_dir, "cancel", name="a") == {"ok": True, "cancelled": "a"}
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(30)
+        deadline = time.monotonic() + 30
+        while not (run_dir / "jobs" / "a" / "rank0.exit").exists():  # its stop ends while no server runs
+            assert time.monotonic() < deadline, "job a did not stop"
+            time.sleep(0.1)
+        server = start_server(argv, run_dir, log)
+        deadline = time.monotonic() + 60
+        while True:  # the old socket file is there until the new server listens on it
+            out = oak("status", "--run-dir", str(run_dir), "--json")
+            state = json.loads(out.stdout) if out.returncode == 0 else {}
+            if state.get("live") and state["jobs"]:
+                break
+            assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            time.sleep(0.3)
+        (row,) = state["jobs"]
+        assert row["state"] == "cancelled" and row["step"] < 400, row
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(120)
+        log.close()

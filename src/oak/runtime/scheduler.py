@@ -183,6 +183,7 @@ class RuntimeScheduler:
         self.records: list[JobRecord] = []
         self.interrupted = False
         self._live = _Live()
+        self._restop: list[int] = []
         self._start_wall = 0.0
         self.failure_notes: dict[str, str] = {}
         """Job → the last failure's description and its ranks' log tails (for ``oak run``'s report)."""
@@ -235,6 +236,9 @@ class RuntimeScheduler:
         records, start_wall = self._open()
         self._start_wall = start_wall
         self.records = records
+        if self._restop:  # adopted while a stop of the dead scheduler's was under way: ask it again, and wait
+            self.request_stops(self._restop, records, self.clock.time() - start_wall)
+            self._restop = []
         if any(j.is_command for j in self.jobs):  # their learned models, from the committed step times
             self._build(list(self.jobs), records)
         last = self.clock.time() - start_wall
@@ -330,6 +334,9 @@ class RuntimeScheduler:
         running = [i for i, r in enumerate(records) if r.launched_at_s is not None]
         if not running:
             return
+        for i in running:
+            records[i].stop_asked_s = now
+        self.store.save([records[i] for i in running])
         results = self.executor.stop([self.names[i] for i in running], self.opts.stop_timeout_s)
         for i in running:
             r = records[i]
@@ -407,6 +414,8 @@ class RuntimeScheduler:
             if self.executor.adopt(item, list(r.pids)):
                 r.adopted += 1
                 self._live.heard[job.name] = (None, self.clock.time())  # its stall clock starts again here
+                if r.stop_asked_s is not None:  # the dead scheduler was stopping it: so does this one
+                    self._restop.append(self.names.index(job.name))
         self._reap_orphans(records)
 
     def _reap_orphans(self, records: list[JobRecord]) -> None:
@@ -432,13 +441,13 @@ class RuntimeScheduler:
         finished = {
             r.name: all(read_exit_status(self.job_dir(job), rank, pid) == 0 for rank, pid in enumerate(r.pids))
             for job, r in zip(self.jobs, records, strict=True)
-            if job.is_command and r.pids and r.name not in followed
+            if job.is_command and r.pids and r.name not in followed and r.stop_asked_s is None
         }
         self._stop_pids(ours)
         for job, r in zip(self.jobs, records, strict=True):
             if r.pids and r.name not in followed:
                 job_dir = self.job_dir(job)
-                done = finished[r.name] if job.is_command else (job_dir / "done").is_file()
+                done = finished.get(r.name, False) if job.is_command else (job_dir / "done").is_file()
                 if done and not r.done:  # finished while no scheduler ran: its last status has its final step
                     r.done = True
                     r.finish_s = r.finish_s if r.finish_s is not None else r.launched_at_s
@@ -737,6 +746,9 @@ class RuntimeScheduler:
         new = [i for i in idx if i not in self._live.stopping and records[i].launched_at_s is not None]
         if not new:
             return
+        for i in new:
+            records[i].stop_asked_s = now
+        self.store.save([records[i] for i in new])  # before the signal: a restarted scheduler must know
         self.executor.request_stop([self.names[i] for i in new])
         for i in new:
             self._live.stopping[i] = now + self.opts.stop_timeout_s

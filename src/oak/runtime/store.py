@@ -73,6 +73,9 @@ class JobRecord:
     silent: bool = False
     resume_step: int = 0
     adopted: int = 0
+    stop_asked_s: float | None = None
+    """When a stop (SIGTERM: checkpoint and exit) was asked of the current incarnation; committed before the
+    signal is sent, so that a restarted scheduler knows the incarnation was ending on request."""
     """Times a restarted scheduler adopted the job's running incarnation instead of restarting it."""
 
     @property
@@ -96,6 +99,7 @@ class JobRecord:
     def unplace(self) -> None:
         """The job holds no devices and runs no workers (stopped, failed, finished or orphan reaped)."""
         self.devices, self.pids, self.config, self.shape, self.ready, self.launched_at_s = [], [], -1, -1, False, None
+        self.stop_asked_s = None
 
     @classmethod
     def from_json(cls, text: str) -> JobRecord:

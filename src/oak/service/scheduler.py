@@ -268,10 +268,10 @@ class ServiceScheduler(RuntimeScheduler):
         r = self.records[i]
         if r.over:
             raise OakInputError(f"job {name!r} is already {r.state}")
-        if r.launched_at_s is not None:  # stopped with a checkpoint, as at any stop; the scheduler does not wait
-            self.request_stops([i], self.records, now)
         r.cancelled = True
         r.finish_s = now
+        if r.launched_at_s is not None:  # stopped with a checkpoint, as at any stop; the scheduler does not wait
+            self.request_stops([i], self.records, now)  # commits the record before it signals the job
         self.store.save([r])
         self._note({"event": "cancel", "job": name, "t": round(now, 3)})
         return {"ok": True, "cancelled": name}

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from oak.errors import OakInputError
+from oak.runtime.executor import classify
 from oak.runtime.launch import CommandSpec, adopt_worker, start_worker
 from oak.runtime.procs import (
     AdoptedProc,
@@ -78,3 +79,24 @@ def test_a_command_that_cannot_start_is_refused_at_launch(tmp_path: Path) -> Non
         start_worker(tmp_path / "j", CommandSpec(command=("/no/such/program",)), 1, [0])
     with pytest.raises(OakInputError, match="cannot start its command"):
         start_worker(tmp_path / "j", CommandSpec(command=("no-such-program-oak",)), 1, [0])
+
+
+@pytest.mark.parametrize(
+    ("codes", "command", "stop", "marker", "expected"),
+    [
+        ([None, 0], False, False, False, "running"),
+        ([0, 0], False, False, True, "done"),
+        ([0, 0], False, True, False, "stopped"),
+        ([0, -signal.SIGKILL], False, False, True, "failed"),  # a dead rank fails it, whatever else is there
+        ([None, 1], False, False, False, "failed"),  # ... at once, before its peers are reaped
+        ([-signal.SIGTERM, 0], True, True, False, "stopped"),  # a command ended by the SIGTERM it was asked to stop
+        ([-signal.SIGTERM], True, False, False, "failed"),  # ... but not asked: someone else's signal
+        ([0], True, False, False, "done"),  # a command that exits 0 unasked has finished
+        ([0], True, True, True, "stopped"),  # ... asked to stop, it has stopped (a marker is the worker's, not its)
+        ([-signal.SIGTERM], False, True, False, "failed"),  # the packaged worker exits 0 on SIGTERM: -15 is a crash
+    ],
+)
+def test_one_rule_classifies_every_backends_incarnations(
+    codes: list[int | None], command: bool, stop: bool, marker: bool, expected: str
+) -> None:
+    assert classify(codes, command=command, stop_requested=stop, done_marker=marker) == expected

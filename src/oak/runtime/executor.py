@@ -9,16 +9,34 @@ a peer or node lost).
 
 from __future__ import annotations
 
+import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from oak.runtime.jobs_file import RuntimeJob
-from oak.runtime.launch import CommandSpec, WorkerHandle, WorkerSpec, adopt_worker, start_worker
+from oak.runtime.launch import DONE_FILE, CommandSpec, WorkerHandle, WorkerSpec, adopt_worker, start_worker
 from oak.runtime.procs import adoptable
 
 JobState = Literal["running", "done", "stopped", "failed"]
+
+
+def classify(codes: Sequence[int | None], *, command: bool, stop_requested: bool, done_marker: bool) -> JobState:
+    """How an incarnation stands, from its ranks' exit statuses (None: still running; negative: ended by that
+    signal) — the one rule every backend applies. A rank that failed makes it ``failed`` at once (its peers are
+    the backend's to reap); all ranks exited 0: ``done`` if it reached its target — the packaged worker's
+    ``done_marker``; a command that exited 0 unasked — else ``stopped``. A command ended by the SIGTERM it was
+    asked to stop with exited as asked: 0."""
+    if command and stop_requested:
+        codes = [0 if c == -signal.SIGTERM else c for c in codes]
+    if any(c is not None and c != 0 for c in codes):
+        return "failed"
+    if any(c is None for c in codes):
+        return "running"
+    finished = not stop_requested if command else done_marker
+    return "done" if finished else "stopped"
 
 
 @dataclass(frozen=True)
@@ -134,13 +152,10 @@ class LocalExecutor:
         h = self._handles.get(name)
         if h is None:
             return None
-        code = h.poll()
-        if code is None:
-            return "running"
-        if code != 0:
+        outcome = _outcome(h)
+        if outcome == "failed":
             h.kill()  # reap the surviving peers of a dead rank
-            return "failed"
-        return "done" if h.is_done() else "stopped"
+        return outcome
 
     def status(self, name: str) -> dict[str, Any] | None:
         h = self._handles.get(name)
@@ -167,13 +182,10 @@ class LocalExecutor:
         deadline = time.monotonic() + timeout_s
         out: dict[str, JobState] = {}
         for name, h in handles.items():
-            code = h.wait(max(0.0, deadline - time.monotonic()))
-            if code is None:
-                h.kill()
-                out[name] = "failed"
-            else:
-                h.kill()
-                out[name] = "failed" if code != 0 else ("done" if h.is_done() else "stopped")
+            h.wait(max(0.0, deadline - time.monotonic()))
+            outcome = _outcome(h)
+            h.kill()
+            out[name] = "failed" if outcome == "running" else outcome  # not out in time: SIGKILLed
             del self._handles[name]
         return out
 
@@ -204,3 +216,12 @@ class LocalExecutor:
     def shutdown(self) -> None:
         for name in list(self._handles):
             self.kill(name)
+
+
+def _outcome(h: WorkerHandle) -> JobState:
+    return classify(
+        h.returncodes(),
+        command=h.command,
+        stop_requested=h.stop_requested,
+        done_marker=(h.job_dir / DONE_FILE).is_file(),
+    )

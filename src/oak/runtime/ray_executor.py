@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from oak.errors import OakInputError
-from oak.runtime.executor import JobState, Launch, worker_spec
+from oak.runtime.executor import JobState, Launch, classify, worker_spec
 from oak.runtime.launch import CHECKPOINT_SUBDIR, DONE_FILE, WORKDIR_ENV, contract_env, read_status, spawn_rank
 
 try:
@@ -418,16 +418,12 @@ class RayExecutor:
                 rec.codes[rank] = _DIED
 
     def _outcome(self, rec: _Incarnation) -> JobState:
-        codes = rec.codes.values()
-        if rec.command and rec.stop_requested:  # a command ended by the SIGTERM it was sent: a stop
-            codes = [0 if c == -signal.SIGTERM else c for c in codes]  # type: ignore[assignment]
-        if any(c != 0 for c in codes):
-            return "failed"
-        if len(rec.codes) < len(rec.actors):
-            return "running"
-        if rec.command:
-            return "stopped" if rec.stop_requested else "done"
-        return "done" if (rec.job_dir / DONE_FILE).is_file() else "stopped"
+        return classify(
+            [rec.codes.get(rank) for rank in range(len(rec.actors))],
+            command=rec.command,
+            stop_requested=rec.stop_requested,
+            done_marker=(rec.job_dir / DONE_FILE).is_file(),
+        )
 
     def state(self, name: str) -> JobState | None:
         rec = self._jobs.get(name)

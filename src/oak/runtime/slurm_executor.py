@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from oak.errors import OakInputError
-from oak.runtime.executor import JobState, Launch, job_spec
+from oak.runtime.executor import JobState, Launch, classify, job_spec
 from oak.runtime.launch import (
     CHECKPOINT_SUBDIR,
     DONE_FILE,
@@ -548,22 +548,20 @@ class SlurmExecutor:
     def _codes(self, rec: _Job) -> list[int | None]:
         return [_read_int(rec.inc_dir / f"exit-{r}") for r in range(rec.world)]
 
-    def _finished(self, rec: _Job, codes: list[int | None]) -> bool:
-        """Target reached: the worker's ``done`` marker, or a command that exited 0 unasked."""
-        if rec.command:
-            return not rec.stop_requested and all(c == 0 for c in codes)
-        return (rec.job_dir / DONE_FILE).is_file()
-
     def _outcome(self, rec: _Job, *, fresh: bool = False) -> JobState:
         codes = self._codes(rec)
-        if rec.command and rec.stop_requested:
-            codes = [0 if c == -signal.SIGTERM else c for c in codes]
-        if any(c is not None and c != 0 for c in codes):
+        ranks = classify(
+            codes,
+            command=rec.command,
+            stop_requested=rec.stop_requested,
+            done_marker=(rec.job_dir / DONE_FILE).is_file(),
+        )
+        if ranks == "failed":
             return "failed"
         state = self._slurm_state(rec, fresh=fresh)
         if state is not None and state not in ACTIVE_STATES and state != "COMPLETED":
             return "failed"  # NODE_FAIL, CANCELLED, TIMEOUT, ...: SLURM ended it (its ranks may have exited 0)
-        if all(c == 0 for c in codes):
+        if ranks != "running":  # every rank exited as asked or on its own
             if not rec.stop_requested:
                 # every rank exited 0 unasked: finished — or stopped by a SIGTERM of SLURM's (a time limit, an
                 # operator's scancel, its node going down). SLURM's final state tells: until it has one
@@ -573,7 +571,7 @@ class SlurmExecutor:
                     return "running"
                 if state is not None and state != "COMPLETED":
                     return "failed"
-            return "done" if self._finished(rec, codes) else "stopped"
+            return ranks
         if state is None or state not in ACTIVE_STATES:
             if all(c == 0 for c in self._codes(rec)):  # the last exit file landed just before the job ended
                 return self._outcome(rec, fresh=fresh)

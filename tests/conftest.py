@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 _TESTS = str(Path(__file__).resolve().parent)
+
+# every runtime scheduler of the suite (in process, or an `oak run` / `oak serve` it starts) treats a change of a
+# job's phase that oak.runtime.lifecycle.TRANSITIONS does not allow as the defect it is: it raises
+os.environ["OAK_LIFECYCLE_STRICT"] = "1"
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 

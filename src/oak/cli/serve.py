@@ -286,6 +286,8 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
                 "lost_steps": r.lost_steps,
                 "reason": r.gave_up,
                 "kind": None if j is None else ("command" if j.is_command else j.model),
+                "phase": r.phase,
+                "history": r.history,
             }
         )
     return {"jobs": rows, "started": False}

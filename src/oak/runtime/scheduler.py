@@ -55,6 +55,7 @@ from oak.runtime.executor import Executor, Launch, LocalExecutor
 from oak.runtime.jobs_file import JobsFile, RuntimeJob
 from oak.runtime.launch import log_tail, read_status
 from oak.runtime.learned import LearnedGoodput
+from oak.runtime.lifecycle import enter, phase_of
 from oak.runtime.procs import gone, is_rank_of, ranks_under, read_exit_status, wait_gone
 from oak.runtime.store import JobRecord, RunStore
 from oak.workloads import Workload
@@ -212,6 +213,7 @@ class RuntimeScheduler:
         # no horizon: a real run lasts as long as its jobs (the simulator's --horizon is not an option here)
         self.model = ClusterModel(workload, runtime_cluster(self.opts), catalog, PhysicsOptions(horizon_s=MAX_TIME_S))
         self.names = [j.name for j in self.jobs]
+        self._index = {n: i for i, n in enumerate(self.names)}
         self.keys = np.array([rng.job_key(n) for n in self.names], dtype=np.uint64)
         self.failure_stream = FailureStream(self.opts.seed, self.keys, self.opts.round_s)
         previous = self.st
@@ -261,10 +263,12 @@ class RuntimeScheduler:
                 newly = [r for j, r in zip(self.jobs, records, strict=True) if not r.arrived and j.submit_s <= now]
                 for r in newly:
                     r.arrived = True
+                    self._settle(r, now, "arrived")
                     decide = True
                 for r in records:  # a back-off ended: the job may be placed again
                     if r.retry_at_s and now >= r.retry_at_s:
                         r.retry_at_s = 0.0
+                        self._settle(r, now, "back-off over")
                         decide = True
                 k = math.floor(now / self.opts.round_s)
                 if k != self._live.last_round_k:
@@ -282,7 +286,10 @@ class RuntimeScheduler:
                     self._decide(records, self.st, now)
                     self._live.last_round_k = k
                     decide = False
-                self.store.save(self._changing(records), {"last_tick_s": now})
+                changing = self._changing(records)
+                for r in changing:  # what no event below recorded (none should be left: tested strictly)
+                    self._settle(r, now, "observed")
+                self.store.save(changing, {"last_tick_s": now})
                 self._published(now)
                 if progress is not None:
                     progress(now, sum(r.done for r in records), len(records))
@@ -295,6 +302,12 @@ class RuntimeScheduler:
                 signal.signal(sig, handler)
         end = self.clock.time() - start_wall
         return self._result(records, end, time.perf_counter() - wall0)
+
+    def _settle(self, r: JobRecord, now: float, why: str) -> None:
+        """Record the job's change of phase, if its fields describe a new one, with the event's reason
+        (``oak.runtime.lifecycle``)."""
+        stopping = self._index.get(r.name, -1) in self._live.stopping
+        enter(r, phase_of(r, stopping=stopping), now, why)
 
     def _changing(self, records: list[JobRecord]) -> list[JobRecord]:
         """The records a tick's commit must write: every job that has arrived and is not over, and each job
@@ -343,6 +356,7 @@ class RuntimeScheduler:
             self._release(self.jobs[i], r)
             if results.get(self.names[i]) == "done":
                 r.done, r.finish_s = True, now
+            self._settle(r, now, f"the scheduler shut down: {results.get(self.names[i], 'stopped')}")
 
     def _check_state_intact(self, meta: dict[str, Any]) -> None:
         """Refuse to begin a new run in a directory whose earlier run's state is gone: its marker
@@ -384,10 +398,12 @@ class RuntimeScheduler:
                 )
             saved = self.store.jobs()
             records = [saved.get(n, JobRecord(n)) for n in self.names]
+            self._start_wall = float(meta["start_wall"])
             self._resume_running(records)
             for r in records:
                 if self.opts.retry_failed and r.gave_up is not None:
                     r.gave_up, r.fail_streak, r.retry_at_s = None, 0, 0.0
+                    self._settle(r, self.clock.time() - self._start_wall, "--retry-failed")
             self.store.save(records, {"resumed": int(meta.get("resumed", 0)) + 1})
             return records, float(meta["start_wall"])
         records = [JobRecord(n) for n in self.names]
@@ -407,12 +423,14 @@ class RuntimeScheduler:
         """After a scheduler restart: adopt every job whose recorded incarnation still runs whole (all its
         ranks alive and its own, and a backend that can follow it), so that the restart costs it nothing; then
         reap what is left of the others (``_reap_orphans``)."""
+        t = self.clock.time() - self._start_wall
         for job, r in zip(self.jobs, records, strict=True):
             if r.launched_at_s is None or r.over or not r.pids:
                 continue
             item = Launch(job, self.job_dir(job), tuple(r.devices), self.opts.seed)
             if self.executor.adopt(item, list(r.pids)):
                 r.adopted += 1
+                r.history.append([round(t, 3), r.phase, "adopted by a restarted scheduler"])
                 self._live.heard[job.name] = (None, self.clock.time())  # its stall clock starts again here
                 if r.stop_asked_s is not None:  # the dead scheduler was stopping it: so does this one
                     self._restop.append(self.names.index(job.name))
@@ -457,6 +475,8 @@ class RuntimeScheduler:
                     if job.is_command:
                         r.step = max(r.step, self._target(job, r))
                 r.unplace()
+                t = self.clock.time() - self._start_wall
+                self._settle(r, t, "finished while no scheduler ran" if r.done else "stopped by a restarted scheduler")
 
     @staticmethod
     def _in_kept(pid: int, kept: set[int]) -> bool:
@@ -522,6 +542,7 @@ class RuntimeScheduler:
                 # a new status, timed on this scheduler's clock (the worker's host clock may differ: Ray nodes)
                 self._live.heard[job.name] = (reported, self.clock.time())
             if r.ready and not stopping:
+                self._settle(r, now, f"past its resume step ({r.launch_step})")
                 r.t_progress_s += dt
             else:  # restoring, or checkpointing to stop: restore time (T_ckpt), as in the simulator
                 r.t_ckpt_s += dt
@@ -546,10 +567,12 @@ class RuntimeScheduler:
                 r.unplace()
                 r.done, r.finish_s = True, now
                 r.fail_streak = 0
+                self._settle(r, now, f"finished at step {r.step}")
                 changed = True
             elif state == "stopped":
                 self.executor.kill(job.name)
                 self._release(job, r)
+                self._settle(r, now, "stopped unasked (exited after a checkpoint)")
                 changed = True
             elif state == "failed":
                 codes = self.executor.exit_codes(job.name)
@@ -613,6 +636,7 @@ class RuntimeScheduler:
         why = f"launch failed: {exc}"
         self._count_failure(r, now, why, progressed=False, fatal=isinstance(exc, OakInputError))
         self.failure_notes[job.name] = r.gave_up or why
+        self._settle(r, now, r.gave_up or why)
 
     def _count_failure(
         self, r: JobRecord, now: float, why: str, *, progressed: bool, fatal: bool, advanced: bool = False
@@ -651,6 +675,7 @@ class RuntimeScheduler:
             why = f"its workers reported an input error ({why})"
         self._count_failure(r, now, why, progressed=progressed, fatal=usage_error, advanced=advanced)
         self.failure_notes[job.name] = (r.gave_up or why) + (f"\n{tail}" if tail else "")
+        self._settle(r, now, r.gave_up or why)
 
     def _release(self, job: RuntimeJob, r: JobRecord) -> bool:
         """The job holds nothing now; its step is its newest checkpoint's. Returns whether this incarnation
@@ -694,6 +719,7 @@ class RuntimeScheduler:
             self.executor.kill(job.name)
             self._release(job, r)
             r.failures += 1
+            self._settle(r, now, "injected failure (SIGKILL)")
             hit = True
         return hit
 
@@ -752,6 +778,7 @@ class RuntimeScheduler:
         self.executor.request_stop([self.names[i] for i in new])
         for i in new:
             self._live.stopping[i] = now + self.opts.stop_timeout_s
+            self._settle(records[i], now, "asked to checkpoint and exit")
 
     def _advance_stops(self, records: list[JobRecord], now: float) -> bool:
         """End the stops whose jobs have exited (or SIGKILL them past their deadline); True if one ended whose
@@ -773,6 +800,8 @@ class RuntimeScheduler:
                 r.done, r.finish_s = True, now
             elif state == "failed":
                 r.failures += 1
+            why = {"done": "finished while stopping", "failed": "failed while stopping"}.get(str(state), "stopped")
+            self._settle(r, now, why)
             event |= i not in waiting
         return event
 
@@ -812,6 +841,7 @@ class RuntimeScheduler:
             r.launched_at_s = now
             r.launch_step = r.step
             r.ready = False
+            self._settle(r, now, f"launched on device(s) {list(devs)} from step {r.step}")
 
     # ------------------------------------------------------------------ results
     def _result(self, records: list[JobRecord], end: float, wall: float) -> RunResult:

@@ -74,6 +74,10 @@ class JobRecord:
     resume_step: int = 0
     adopted: int = 0
     stop_asked_s: float | None = None
+    phase: str = "pending"
+    """Its :class:`~oak.runtime.lifecycle.JobPhase` (``lifecycle.phase_of`` of these fields), and ``history``:
+    each change of phase as [run-clock time, phase, reason], the newest ``lifecycle.HISTORY_KEPT``."""
+    history: list[list[Any]] = field(default_factory=list)
     """When a stop (SIGTERM: checkpoint and exit) was asked of the current incarnation; committed before the
     signal is sent, so that a restarted scheduler knows the incarnation was ending on request."""
     """Times a restarted scheduler adopted the job's running incarnation instead of restarting it."""
@@ -103,7 +107,13 @@ class JobRecord:
 
     @classmethod
     def from_json(cls, text: str) -> JobRecord:
-        return cls(**json.loads(text))
+        fields = json.loads(text)
+        r = cls(**fields)
+        if "phase" not in fields:  # committed before records had a lifecycle: the phase its fields describe
+            from oak.runtime.lifecycle import phase_of
+
+            r.phase = phase_of(r).value
+        return r
 
 
 class RunStore:

@@ -139,6 +139,7 @@ class ServiceScheduler(RuntimeScheduler):
             jobs = [job_from_dict(d) for d in self.store.submissions()]
             saved = self.store.jobs()
             records = [saved.get(j.name, JobRecord(j.name)) for j in jobs]
+            self._start_wall = float(meta["start_wall"])
             if jobs:
                 self._build(jobs, records)
             self._resume_running(records)
@@ -272,6 +273,7 @@ class ServiceScheduler(RuntimeScheduler):
         r.finish_s = now
         if r.launched_at_s is not None:  # stopped with a checkpoint, as at any stop; the scheduler does not wait
             self.request_stops([i], self.records, now)  # commits the record before it signals the job
+        self._settle(r, now, "cancelled")
         self.store.save([r])
         self._note({"event": "cancel", "job": name, "t": round(now, 3)})
         return {"ok": True, "cancelled": name}
@@ -288,6 +290,7 @@ class ServiceScheduler(RuntimeScheduler):
         r.gave_up, r.cancelled, r.fail_streak, r.retry_at_s, r.finish_s = None, False, 0, 0.0, None
         self._live.committed_over.discard(name)
         self.failure_notes.pop(name, None)
+        self._settle(r, now, "retried")
         self.store.save([r])
         self._note({"event": "retry", "job": name, "t": round(now, 3)})
         return {"ok": True, "retried": name}
@@ -300,7 +303,11 @@ class ServiceScheduler(RuntimeScheduler):
         cache = self._row_cache
         for j, r in zip(self.jobs, self.records, strict=True):
             settled = (not r.arrived or r.over) and not r.devices
-            key = (r.arrived, r.state, r.finish_s, r.failures, r.step, r.gave_up, j.submit_s) if settled else None
+            key = (
+                (r.arrived, r.phase, len(r.history), r.finish_s, r.failures, r.step, r.gave_up, j.submit_s)
+                if settled
+                else None
+            )
             hit = cache.get(j.name) if settled else None
             if hit is not None and hit[0] == key:
                 rows.append(hit[1])
@@ -327,6 +334,8 @@ class ServiceScheduler(RuntimeScheduler):
                     "kind": "command" if j.is_command else j.model,
                     "reason": r.gave_up,
                     "learned": self._learned_row(j, r),
+                    "phase": r.phase,
+                    "history": r.history,
                 }
             )
             if settled:

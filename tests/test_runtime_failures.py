@@ -486,3 +486,41 @@ def test_local_reconcile_kills_what_is_not_intended(tmp_path: Path) -> None:
     assert proc.poll() is not None and "stray" not in ex._handles
     assert ex.reconcile({"ok": (0, 1)}) == ["ok: intended on 2 device(s), runs 1 rank(s)"]
     ex.shutdown()
+
+
+def test_the_tick_is_sync_then_step_next_driven_on_data(tmp_path: Path) -> None:
+    """The reconciler's two halves driven by hand over hundreds of rounds of a fake clock: ``sync`` takes in
+    what the executor did (two failures without progress, then a long run that finishes), ``step_next`` decides,
+    launches and commits; each change of phase is in the job's history with its time and reason."""
+    fates = [Fate(after_s=5.0), Fate(after_s=5.0), Fate(end="done", reach=100, after_s=20_000.0)]
+    sched, ex = _scripted(tmp_path, fates, max_retries=5, retry_backoff_s=30.0, tick_s=20.0)
+    start = sched.begin()
+    rounds_before = sched.store.rounds()
+    last = 0.0
+    while not sched.records[0].done:
+        now = ex.clock.time() - start
+        sched.sync(now, now - last)
+        sched.step_next(now)
+        last = now
+        ex.clock.sleep(sched.opts.tick_s)
+        assert now < 30_000.0, sched.records[0]
+    r = sched.records[0]
+    assert len(ex.launches) == 3 and r.failures == 2 and r.restarts == 2 and 20_000.0 <= r.finish_s < 20_200.0
+    assert sched.store.rounds() - rounds_before > 300  # a round a minute, each decided and committed
+    phases = [p for _, p, _ in r.history]
+    assert phases == [  # the failing incarnations never got past the step they resumed from: restoring, not running
+        "queued",
+        "restoring",
+        "backoff",
+        "queued",
+        "restoring",
+        "backoff",
+        "queued",
+        "restoring",
+        "running",
+        "done",
+    ], r.history
+    why = {p: w for _, p, w in r.history}
+    assert why["backoff"].startswith("rank exit statuses [1]") and why["done"] == "finished at step 100"
+    times = [t for t, _, _ in r.history]
+    assert times == sorted(times) and times[3] - times[2] >= 30.0  # the first back-off: 30 s, to the tick

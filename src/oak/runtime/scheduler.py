@@ -185,6 +185,7 @@ class RuntimeScheduler:
         self.interrupted = False
         self._live = _Live()
         self._restop: list[int] = []
+        self._due = True  # a round is due at the next step_next
         self._start_wall = 0.0
         self.failure_notes: dict[str, str] = {}
         """Job → the last failure's description and its ranks' log tails (for ``oak run``'s report)."""
@@ -235,6 +236,37 @@ class RuntimeScheduler:
     def run(self, progress: Progress | None = None) -> RunResult:
         """Run until every job is done (or the time limit); returns the same metrics as ``oak simulate``."""
         wall0 = time.perf_counter()
+        start_wall = self.begin()
+        last = self.clock.time() - start_wall
+        self._due = True
+        # not reset here: a stop asked for before the loop starts (another thread, a signal) must still stop it
+        previous = self._install_stop_handlers()
+        try:
+            while not self.interrupted:
+                now = self.clock.time() - start_wall
+                dt = max(0.0, now - last)
+                last = now
+                self.sync(now, dt)
+                if self._ended(now):
+                    break
+                self.step_next(now)
+                if progress is not None:
+                    progress(now, sum(r.done for r in self.records), len(self.records))
+                self.clock.sleep(self.opts.tick_s)
+        finally:
+            records = self.records
+            self._stop_all(records, self.clock.time() - start_wall)
+            self.executor.shutdown()
+            self.store.save(records, {"last_tick_s": self.clock.time() - start_wall})
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        end = self.clock.time() - start_wall
+        return self._result(self.records, end, time.perf_counter() - wall0)
+
+    def begin(self) -> float:
+        """Open the run directory — fresh records, or the committed ones of an earlier scheduler of this run, its
+        running jobs adopted — and return the run clock's origin (a time of ``clock``). ``run`` starts with it;
+        a test drives ``sync`` and ``step_next`` after it by hand."""
         records, start_wall = self._open()
         self._start_wall = start_wall
         self.records = records
@@ -243,65 +275,58 @@ class RuntimeScheduler:
             self._restop = []
         if any(j.is_command for j in self.jobs):  # their learned models, from the committed step times
             self._build(list(self.jobs), records)
-        last = self.clock.time() - start_wall
-        decide = True
-        # not reset here: a stop asked for before the loop starts (another thread, a signal) must still stop it
-        previous = self._install_stop_handlers()
-        try:
-            while not self.interrupted:
-                now = self.clock.time() - start_wall
-                dt = max(0.0, now - last)
-                last = now
-                if self._service(now):
-                    decide = True
-                records = self.records
-                changed = self._observe(records, now, dt)
-                changed |= self._advance_stops(records, now)
-                changed |= self._inject_failures(records, now)
-                if changed:
-                    decide = True
-                newly = [r for j, r in zip(self.jobs, records, strict=True) if not r.arrived and j.submit_s <= now]
-                for r in newly:
-                    r.arrived = True
-                    self._settle(r, now, "arrived")
-                    decide = True
-                for r in records:  # a back-off ended: the job may be placed again
-                    if r.retry_at_s and now >= r.retry_at_s:
-                        r.retry_at_s = 0.0
-                        self._settle(r, now, "back-off over")
-                        decide = True
-                k = math.floor(now / self.opts.round_s)
-                if k != self._live.last_round_k:
-                    decide = True
-                if all(r.over for r in records) and not self.serving:
-                    break
-                if self.opts.time_limit_s is not None and now >= self.opts.time_limit_s:
-                    break
-                if self._live.pending:
-                    self._launch(records, now)  # starts whose devices a stop has released
-                if decide and self.learned.changed(self.jobs, records):
-                    self._build(list(self.jobs), records)
-                if decide and any(r.arrived and not r.over for r in records):
-                    assert self.st is not None
-                    self._decide(records, self.st, now)
-                    self._live.last_round_k = k
-                    decide = False
-                changing = self._changing(records)
-                for r in changing:  # what no event below recorded (none should be left: tested strictly)
-                    self._settle(r, now, "observed")
-                self.store.save(changing, {"last_tick_s": now})
-                self._published(now)
-                if progress is not None:
-                    progress(now, sum(r.done for r in records), len(records))
-                self.clock.sleep(self.opts.tick_s)
-        finally:
-            self._stop_all(records, self.clock.time() - start_wall)
-            self.executor.shutdown()
-            self.store.save(records, {"last_tick_s": self.clock.time() - start_wall})
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        end = self.clock.time() - start_wall
-        return self._result(records, end, time.perf_counter() - wall0)
+        return start_wall
+
+    # ------------------------------------------------------------------ the tick: sync, then step to the next state
+    def sync(self, now: float, dt: float) -> None:
+        """The tick's first half (Ray autoscaler v2's reconciler: sync from the world): take in what happened
+        since the last tick, ``dt`` seconds ago — requests (``oak serve``), the ranks' reports and exits, stops
+        that ended, injected failures, arrivals, back-offs that ended — into the records, and note whether a
+        round is due (``step_next`` takes it)."""
+        if self._service(now):
+            self._due = True
+        records = self.records
+        changed = self._observe(records, now, dt)
+        changed |= self._advance_stops(records, now)
+        changed |= self._inject_failures(records, now)
+        if changed:
+            self._due = True
+        for j, r in zip(self.jobs, records, strict=True):
+            if not r.arrived and j.submit_s <= now:
+                r.arrived = True
+                self._settle(r, now, "arrived")
+                self._due = True
+            if r.retry_at_s and now >= r.retry_at_s:  # a back-off ended: the job may be placed again
+                r.retry_at_s = 0.0
+                self._settle(r, now, "back-off over")
+                self._due = True
+        if math.floor(now / self.opts.round_s) != self._live.last_round_k:
+            self._due = True
+
+    def _ended(self, now: float) -> bool:
+        """Every job is over (``oak run``; a service goes on), or the run's time limit has come."""
+        if all(r.over for r in self.records) and not self.serving:
+            return True
+        return self.opts.time_limit_s is not None and now >= self.opts.time_limit_s
+
+    def step_next(self, now: float) -> None:
+        """The tick's second half (step to the next state): launch the starts a stop has released; if a round
+        is due, one engine step (``oak.engine.step``) and its plan enacted; commit what changed; publish."""
+        records = self.records
+        if self._live.pending:
+            self._launch(records, now)  # starts whose devices a stop has released
+        if self._due and self.learned.changed(self.jobs, records):
+            self._build(list(self.jobs), records)
+        if self._due and any(r.arrived and not r.over for r in records):
+            assert self.st is not None
+            self._decide(records, self.st, now)
+            self._live.last_round_k = math.floor(now / self.opts.round_s)
+            self._due = False
+        changing = self._changing(records)
+        for r in changing:  # what no event recorded (none should be left: the suite checks it strictly)
+            self._settle(r, now, "observed")
+        self.store.save(changing, {"last_tick_s": now})
+        self._published(now)
 
     def _settle(self, r: JobRecord, now: float, why: str) -> None:
         """Record the job's change of phase, if its fields describe a new one, with the event's reason

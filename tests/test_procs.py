@@ -100,3 +100,14 @@ def test_one_rule_classifies_every_backends_incarnations(
     codes: list[int | None], command: bool, stop: bool, marker: bool, expected: str
 ) -> None:
     assert classify(codes, command=command, stop_requested=stop, done_marker=marker) == expected
+
+
+def test_a_stop_sent_as_the_command_starts_is_not_lost(tmp_path: Path) -> None:
+    """SIGTERM to the rank's group at once, before the wrapper has forked or the command has run: the signal is
+    held until the command runs, then ends it (the wrapper itself never takes it)."""
+    for _ in range(5):
+        proc = _wrapped(tmp_path, sys.executable, "-c", "import time; time.sleep(60)")
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(30) == -signal.SIGTERM
+        code = read_exit_status(tmp_path, 0, proc.pid)
+        assert code in (-signal.SIGTERM, None)  # None: the signal came before the wrapper blocked it

@@ -13,10 +13,13 @@ itself, a command's rank through :mod:`oak.runtime.rank_exit`); a rank gone with
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -166,3 +169,24 @@ class AdoptedProc:
 def adoptable(pids: list[int], job_dir: str | Path) -> bool:
     """Whether every one of ``pids`` is alive and a rank of the job in ``job_dir``: an incarnation to adopt."""
     return bool(pids) and all(not gone(p) and is_rank_of(p, job_dir) for p in pids)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int | None = None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for a rank the backend must not outlive (a Ray actor's, a SLURM supervisor's): the child
+    gets SIGKILL when the thread that started it dies (Linux ``PR_SET_PDEATHSIG``; None elsewhere).
+    ``parent_pid``: the starting process (default: the caller); a child whose parent died before ``prctl`` took
+    effect exits at once. libc is loaded here, before the fork: nothing to import or lock in the child."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid() if parent_pid is None else parent_pid
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec

@@ -7,7 +7,9 @@ same session, environment and working directory; when it ends this writes ``JOB_
 pid's exit status, :mod:`oak.runtime.procs`) and ends the same way (the same code, or the same signal). A
 scheduler that did not start the rank — one restarted after a crash, which adopted it — reads whether the
 command finished, stopped or failed from that file. Signals reach the command directly (the scheduler signals
-the rank's whole process group); this process ignores the stop signals and waits for it.
+the rank's whole process group); this process keeps the stop signals blocked and waits for it. They are blocked
+before the command is forked, and the command unblocks them itself just before it runs: a stop sent in between
+is held pending, not lost, and ends the command as soon as it starts.
 """
 
 from __future__ import annotations
@@ -27,26 +29,30 @@ def main(argv: list[str]) -> int:
         print("usage: python -m oak.runtime.rank_exit JOB_DIR RANK -- COMMAND [ARG ...]", file=sys.stderr)
         return 2
     job_dir, rank, command = argv[0], int(argv[1]), argv[3:]
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # default handling, held: for the command, not this
     try:
-        # the command gets the stop signals' default handling back (an ignored signal stays ignored over exec)
-        proc = subprocess.Popen(command, close_fds=False, restore_signals=True, preexec_fn=_default_signals)
+        proc = subprocess.Popen(command, close_fds=False, preexec_fn=_unblock)
     except OSError as exc:
         print(f"oak: cannot start {command!r}: {exc}", file=sys.stderr, flush=True)
         write_exit_status(job_dir, rank, os.getpid(), EXIT_CANNOT_RUN)
         return EXIT_CANNOT_RUN
     code = proc.wait()
     write_exit_status(job_dir, rank, os.getpid(), code)
-    if code < 0:  # end as the command did: by its signal
+    if code < 0:  # end as the command did: by its signal (stop signals held for this process are dropped first)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         signal.signal(-code, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         os.kill(os.getpid(), -code)
     return code
 
 
-def _default_signals() -> None:
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+
+
+def _unblock() -> None:
+    """In the command's process, before it runs: take the stop signals again (one held pending ends it now)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 if __name__ == "__main__":

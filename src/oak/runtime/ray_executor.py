@@ -24,7 +24,6 @@ removes whatever Ray runs for this run that is not intended.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import os
 import signal
@@ -41,6 +40,7 @@ from typing import Any
 from oak.errors import OakInputError
 from oak.runtime.executor import JobState, Launch, classify, worker_spec
 from oak.runtime.launch import CHECKPOINT_SUBDIR, DONE_FILE, WORKDIR_ENV, contract_env, read_status, spawn_rank
+from oak.runtime.procs import die_with_parent
 
 try:
     import ray
@@ -67,24 +67,9 @@ KILL_WAIT_S = 10.0
 """Bound on waiting for SIGKILLed ranks to be reaped."""
 _DIED = -(10**6)
 """Pseudo exit code of a rank whose actor died (killed, crashed, node lost)."""
-_PR_SET_PDEATHSIG = 1
 
 
 # ---------------------------------------------------------------------------------------------- the actor
-def _die_with_parent(parent_pid: int) -> Any:
-    """preexec_fn: the child gets SIGKILL when the thread that started it (and so its actor) dies (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: nothing to import or lock in the child
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
-
 class _RankActor:
     """Runs one rank's worker process inside its placement-group bundle (a threaded actor: ``wait_exit``
     blocks one thread while ``send`` and ``kill_worker`` arrive on others)."""
@@ -134,7 +119,7 @@ class _RankActor:
                 env,
                 log_path,
                 note=f" (ray actor pid {os.getpid()})",
-                preexec_fn=_die_with_parent(os.getpid()),  # only prctl in the child
+                preexec_fn=die_with_parent(os.getpid()),  # only prctl in the child
             )
         except BaseException as exc:
             self._error = f"{type(exc).__name__}: {exc}"

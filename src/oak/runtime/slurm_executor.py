@@ -34,7 +34,6 @@ be on a filesystem every node shares (checkpoints, logs, exit files), and this i
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -44,12 +43,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from oak.errors import OakInputError
+from oak.io_util import write_atomic
 from oak.runtime.executor import JobState, Launch, classify, job_spec
 from oak.runtime.launch import (
     CHECKPOINT_SUBDIR,
@@ -61,7 +61,7 @@ from oak.runtime.launch import (
     read_status,
     spawn_rank,
 )
-from oak.runtime.procs import write_exit_status
+from oak.runtime.procs import die_with_parent, write_exit_status
 
 PREFIX = "oak"
 """Jobs are named ``oak-<run tag>-<job>`` and commented ``oak:<run tag>:<job>:<incarnation>``."""
@@ -95,7 +95,6 @@ ACTIVE_STATES = frozenset(
 """squeue states of a job that holds (or waits for) resources; every other state is an end (COMPLETED, FAILED,
 CANCELLED, NODE_FAIL, TIMEOUT, BOOT_FAIL, OUT_OF_MEMORY, PREEMPTED, DEADLINE, ...)."""
 _BENIGN_SCANCEL = ("Invalid job id", "already completing or completed", "Job can not be altered now")
-_PR_SET_PDEATHSIG = 1
 
 
 def _spec(item: Launch) -> WorkerSpec | CommandSpec:
@@ -179,15 +178,6 @@ def _gres_gpus(gres: str) -> int:
         if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
             total += int(fields[-1])
     return total
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _read_int(path: Path) -> int | None:
@@ -464,9 +454,9 @@ class SlurmExecutor:
             "command": command,
             "ranks": [{"argv": r.argv, "env": r.env} for r in ranks],
         }
-        _write_atomic(inc_dir / RANKS_FILE, json.dumps(plan, indent=1) + "\n")
+        write_atomic(inc_dir / RANKS_FILE, json.dumps(plan, indent=1) + "\n")
         script = inc_dir / "batch.sh"
-        _write_atomic(
+        write_atomic(
             script,
             "#!/bin/sh\n# oak: one incarnation of job "
             f"{name} (docs/slurm.md)\nexec {shlex.quote(self.python)} -m oak.runtime.slurm_executor "
@@ -829,21 +819,6 @@ class SlurmExecutor:
 
 
 # ---------------------------------------------------------------------------------------------- the supervisor
-def _die_with_parent() -> Callable[[], None] | None:
-    """preexec_fn: the rank gets SIGKILL when the supervisor dies (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    parent = os.getpid()
-
-    def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec
-
-
 def supervise(inc_dir: Path) -> int:
     """The batch job of one incarnation: start its ranks (``ranks.json``), record their pids and exit statuses,
     forward SIGTERM/SIGINT (stop: checkpoint and exit 0), SIGKILL every rank's process group on SIGUSR1 (the
@@ -894,17 +869,17 @@ def supervise(inc_dir: Path) -> int:
                     env,
                     job_dir / f"rank{rank}.log",
                     note,
-                    preexec_fn=_die_with_parent(),
+                    preexec_fn=die_with_parent(),
                     log_argv0=command,
                 )
             )
     except OSError as exc:
         send(signal.SIGKILL)
-        _write_atomic(inc_dir / PIDS_FILE, json.dumps({"error": f"{plan['ranks'][len(procs)]['argv']!r}: {exc}"}))
+        write_atomic(inc_dir / PIDS_FILE, json.dumps({"error": f"{plan['ranks'][len(procs)]['argv']!r}: {exc}"}))
         for r in range(world):
-            _write_atomic(inc_dir / f"exit-{r}", "127\n")
+            write_atomic(inc_dir / f"exit-{r}", "127\n")
         return 1
-    _write_atomic(inc_dir / PIDS_FILE, json.dumps({"pids": [p.pid for p in procs], "host": host, "job": slurm_job}))
+    write_atomic(inc_dir / PIDS_FILE, json.dumps({"pids": [p.pid for p in procs], "host": host, "job": slurm_job}))
     if stop["killed"]:
         send(signal.SIGKILL)  # killed while the later ranks were starting
     elif stop["requested"]:
@@ -916,7 +891,7 @@ def supervise(inc_dir: Path) -> int:
             code = p.poll()
             if code is None or rank in written:
                 continue
-            _write_atomic(inc_dir / f"exit-{rank}", f"{code}\n")
+            write_atomic(inc_dir / f"exit-{rank}", f"{code}\n")
             with contextlib.suppress(OSError):  # also where a restarted scheduler looks (oak.runtime.procs)
                 write_exit_status(job_dir, rank, p.pid, code)
             written.add(rank)
@@ -927,7 +902,7 @@ def supervise(inc_dir: Path) -> int:
             for rank, p in enumerate(procs):
                 code = p.wait()
                 if rank not in written:
-                    _write_atomic(inc_dir / f"exit-{rank}", f"{code}\n")
+                    write_atomic(inc_dir / f"exit-{rank}", f"{code}\n")
                     with contextlib.suppress(OSError):
                         write_exit_status(job_dir, rank, p.pid, code)
             return 1

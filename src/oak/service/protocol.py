@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from oak.errors import OakInputError
+from oak.io_util import write_atomic
 
 SOCKET_NAME = "oak.sock"
 TOKEN_NAME = "token"
@@ -318,7 +319,7 @@ class Listeners:
                         self.http.socket, server_side=True, do_handshake_on_connect=False
                     )
                 self.http.daemon_threads = True
-                _write_private(self.token_path, token + "\n")
+                write_atomic(self.token_path, token + "\n", mode=0o600)
             path = socket_path(self.run_dir)
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()  # a crashed service's socket (the lock above says no service owns it)
@@ -360,19 +361,6 @@ class Listeners:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._dir_fd = None
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` as a new 0600 file (a temporary created exclusively, then renamed over it:
-    an existing file's mode or a symlink there is never followed)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 def call(run_dir: Path, op: str, timeout_s: float = CLIENT_TIMEOUT_S, **args: Any) -> dict[str, Any]:

@@ -42,6 +42,9 @@ STORMY_ROUND_S = 3.0
 
 @pytest.mark.long
 def test_jobs_complete_under_failures_and_counters_grow(tmp_path: Path) -> None:
+    """λ = 0.5 with a seed whose first eight intervals all fail job a: every job still finishes with exactly its
+    target steps; each injected failure is counted and costs a restart (every start is measured as restore time).
+    The same counters at λ = 0 (none) are checked by test_single_job_jct_close_to_uninterrupted_run."""
     from oak.failures import rng
 
     key = np.array([rng.job_key("a")], dtype=np.uint64)
@@ -50,22 +53,20 @@ def test_jobs_complete_under_failures_and_counters_grow(tmp_path: Path) -> None:
         TWO_JOBS.replace("restart_penalty_s: 10}", "restart_penalty_s: 10, min_step_s: 0.02}"), "two.yaml"
     )
     assert all(j.min_step_s == 0.02 for j in jobs.jobs)
-    runs = {}
-    for lam in (0.0, 0.5):
-        opts = RuntimeOptions(
-            devices=2, failure_rate=lam, round_s=STORMY_ROUND_S, seed=STORMY_SEED, tick_s=0.1, time_limit_s=400
-        )
-        sched = RuntimeScheduler(jobs, make_policy("oak"), tmp_path / f"l{lam}", opts)
-        runs[lam] = sched.run()
-        check_done(tmp_path / f"l{lam}", {"a": 240, "b": 200})
-    calm, stormy = runs[0.0], runs[0.5]
-    assert all(j.jct_s is not None for j in calm.jobs + stormy.jobs)
-    assert sum(j.failures for j in calm.jobs) == 0
-    assert next(j for j in stormy.jobs if j.name == "a").failures >= 1
-    # every start is measured as restore time, and the injected failures add starts; the totals of measured time
-    # are not compared: a start's wall-clock length on a loaded machine varies by more than one start
-    assert all(j.t_ckpt_s > 0 for j in calm.jobs + stormy.jobs)
-    assert sum(j.restarts for j in stormy.jobs) > sum(j.restarts for j in calm.jobs)
+    opts = RuntimeOptions(
+        devices=2, failure_rate=0.5, round_s=STORMY_ROUND_S, seed=STORMY_SEED, tick_s=0.1, time_limit_s=400
+    )
+    sched = RuntimeScheduler(jobs, make_policy("oak"), tmp_path / "stormy", opts)
+    stormy = sched.run()
+    check_done(tmp_path / "stormy", {"a": 240, "b": 200})
+    assert all(j.jct_s is not None for j in stormy.jobs)
+    a = next(j for j in stormy.jobs if j.name == "a")
+    assert a.failures >= 1
+    # a finished job was started again after each of its failures; the totals of measured time are not compared
+    # with a calm run: a start's wall-clock length on a loaded machine varies by more than one start
+    assert all(j.restarts >= j.failures and j.t_ckpt_s > 0 for j in stormy.jobs)
+    injected = [t for r in sched.records for t, _, why in r.history if why == "injected failure (SIGKILL)"]
+    assert 1 <= len(injected) <= sum(j.failures for j in stormy.jobs)  # in the jobs' histories, with their times
 
 
 def test_single_job_jct_close_to_uninterrupted_run(tmp_path: Path) -> None:
@@ -87,6 +88,9 @@ def test_single_job_jct_close_to_uninterrupted_run(tmp_path: Path) -> None:
     jct = result.jobs[0].jct_s
     assert jct is not None
     assert jct <= 2.0 * direct + 5.0 + 10.0, (jct, direct)
+    # no failure is injected at λ = 0, none restarts it, and its start is measured as restore time
+    job = result.jobs[0]
+    assert job.failures == 0 and job.restarts == 0 and job.t_ckpt_s > 0 and job.t_progress_s > 0
 
 
 @pytest.mark.long

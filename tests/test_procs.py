@@ -111,3 +111,38 @@ def test_a_stop_sent_as_the_command_starts_is_not_lost(tmp_path: Path) -> None:
         assert proc.wait(30) == -signal.SIGTERM
         code = read_exit_status(tmp_path, 0, proc.pid)
         assert code in (-signal.SIGTERM, None)  # None: the signal came before the wrapper blocked it
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_rank_commands_for_ranks_that_see_only_their_own_device(tmp_path: Path, kind: str) -> None:
+    """Ray's rank actors each see one device: local rank 0 and no CUDA mask of ours on GPUs (the backend sets
+    it), one thread on CPU; the same contract environment and worker options as a local launch otherwise."""
+    from oak.runtime.launch import WorkerSpec, rank_commands
+
+    spec = WorkerSpec(model="tiny", target_steps=10, batch_size=8, ckpt_every=5)
+    ranks, token, _ = rank_commands(
+        tmp_path, spec, 2, [4, 7], job_name="j", device_kind=kind, master_addr="10.0.0.1", own_device=True
+    )
+    assert token is not None  # two ranks, no port given: rank 0 picks it and publishes it under the token
+    for rank, rc in enumerate(ranks):
+        argv, env = rc.argv, rc.env
+        assert argv[1:3] == ["-m", "oak.runtime.worker"] and argv[argv.index("--rank") + 1] == str(rank)
+        assert argv[argv.index("--threads") + 1] == "1" and env["OMP_NUM_THREADS"] == "1"
+        assert env["OAK_RANK"] == str(rank) and env["MASTER_ADDR"] == "10.0.0.1"
+        if kind == "gpu":
+            assert argv[argv.index("--local-rank") + 1] == "0" and env["OAK_LOCAL_RANK"] == "0"
+            assert "CUDA_VISIBLE_DEVICES" not in env
+        else:
+            assert env["CUDA_VISIBLE_DEVICES"] == "" and "--cpus" not in argv
+    command, _, _ = rank_commands(
+        tmp_path,
+        CommandSpec(("train.py",), extra_env=(("A", "1"),)),
+        2,
+        [0, 1],
+        job_name="j",
+        device_kind=kind,
+        master_port=29500,
+        own_device=True,
+    )
+    assert [rc.argv for rc in command] == [["train.py"], ["train.py"]]
+    assert all(rc.env["MASTER_PORT"] == "29500" and rc.env["A"] == "1" for rc in command)

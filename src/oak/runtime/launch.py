@@ -376,12 +376,15 @@ def rank_commands(
     pin_cpus: bool = False,
     python: str = sys.executable,
     environ: Mapping[str, str] | None = None,
+    own_device: bool = False,
 ) -> tuple[list[RankCommand], str | None, str]:
     """Every rank's command of one incarnation of ``world_size`` ranks on ``devices`` (GPUs: one per rank; CPU
     slots: contiguous equal shares, each rank running that many threads), and the incarnation's (rendezvous
     token, incarnation id). The packaged worker gets its options as arguments and
     rank 0 picks the rendezvous port (``master_port`` None); a command gets the contract's environment with
-    ``MASTER_PORT`` = ``master_port`` or a port free a moment ago (torchrun's convention)."""
+    ``MASTER_PORT`` = ``master_port`` or a port free a moment ago (torchrun's convention). ``own_device``: each
+    rank runs where only its own device is seen (a Ray actor's bundle): on GPUs its local rank is 0 and the
+    backend sets ``CUDA_VISIBLE_DEVICES``; on CPU it runs one thread."""
     ids = [int(d) for d in devices]
     incarnation = uuid.uuid4().hex
     env_src = os.environ if environ is None else environ
@@ -390,7 +393,8 @@ def rank_commands(
     token = uuid.uuid4().hex if world_size > 1 and master_port is None and not command else None
     out: list[RankCommand] = []
     for rank in range(world_size):
-        env = contract_env(job_name, job_dir, rank, rank, world_size, master_addr, port, incarnation)
+        local = 0 if own_device and device_kind == "gpu" else rank
+        env = contract_env(job_name, job_dir, rank, local, world_size, master_addr, port, incarnation)
         env["PYTHONUNBUFFERED"] = "1"
         if isinstance(spec, CommandSpec):
             argv = list(spec.command)
@@ -403,7 +407,14 @@ def rank_commands(
             argv += ["--master-addr", master_addr, "--master-port", str(port)]
             if token is not None:
                 argv += ["--rendezvous", token]
-        if device_kind == "gpu":
+        if own_device:
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
+            if device_kind == "gpu":
+                argv += [] if command else ["--device", "cuda", "--local-rank", "0", "--threads", "1"]
+            else:
+                env["CUDA_VISIBLE_DEVICES"] = ""
+                argv += [] if command else ["--device", "cpu", "--threads", "1"]
+        elif device_kind == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(physical_gpus(ids, env_src))
             env["OMP_NUM_THREADS"] = "1"
             if not command:

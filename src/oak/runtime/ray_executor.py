@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from oak.errors import OakInputError
-from oak.runtime.executor import JobState, Launch, classify, worker_spec
-from oak.runtime.launch import CHECKPOINT_SUBDIR, DONE_FILE, WORKDIR_ENV, contract_env, read_status, spawn_rank
+from oak.runtime.executor import JobState, Launch, classify, job_spec
+from oak.runtime.launch import CHECKPOINT_SUBDIR, DONE_FILE, rank_commands, read_status, spawn_rank
 from oak.runtime.procs import die_with_parent
 
 try:
@@ -338,45 +338,33 @@ class RayExecutor:
         master = "127.0.0.1" if len(set(ips)) == 1 else str(ips[0])
         # rank 0 binds a port the OS picks on its node and publishes it in the (shared) job directory under this
         # token: no port is picked here and bound later, so nothing else can take it in between
-        refs = []
-        if item.job.is_command:  # the job contract: the user's command with the contract's environment
+        command = item.job.is_command
+        port = None
+        if command:  # the job contract: the user's command with the contract's environment
             rec.command = True
             (rec.job_dir / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
             port = int(self._get([rec.actors[0].free_port.remote()], rec.name, "pick a port")[0])
-            incarnation = uuid.uuid4().hex
-            for rank, actor in enumerate(rec.actors):
-                # each rank's actor sees only its own GPU: its local rank is 0 there
-                env = contract_env(
-                    item.job.name, rec.job_dir, rank, 0 if self._ray_gpus else rank, n, master, port, incarnation
-                )
-                env.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-                env.update(dict(item.job.env))
-                if item.job.workdir:
-                    env[WORKDIR_ENV] = item.job.workdir
-                if not self._ray_gpus:
-                    env["CUDA_VISIBLE_DEVICES"] = ""
-                log = str(rec.job_dir / f"rank{rank}.log")
-                refs.append(
-                    actor.start.remote(list(item.job.command), env, log, self._ray_gpus, self.wait_timeout_s, True)
-                )
+        ranks, _token, _incarnation = rank_commands(
+            rec.job_dir,
+            job_spec(item.job, item.seed),
+            n,
+            item.devices,
+            job_name=item.job.name,
+            device_kind="gpu" if self._ray_gpus else "cpu",
+            master_addr=master,
+            master_port=port,
+            environ={},
+            own_device=True,  # each rank's actor sees only its own GPU
+        )
+        refs = []
+        for rank, (actor, rc) in enumerate(zip(rec.actors, ranks, strict=True)):
+            args = rc.argv if command else rc.argv[3:]  # the actor runs the packaged worker itself
+            log = str(rec.job_dir / f"rank{rank}.log")
+            refs.append(actor.start.remote(args, rc.env, log, self._ray_gpus, self.wait_timeout_s, command))
+        if command:
             rec.pids = [int(p) for p in self._get(refs, rec.name, "start its command")]
             rec.runs = {actor.wait_exit.remote(): rank for rank, actor in enumerate(rec.actors)}
             return
-        token = uuid.uuid4().hex if n > 1 else None
-        spec = worker_spec(item.job, item.seed)
-        for rank, actor in enumerate(rec.actors):
-            args = ["--job-dir", str(rec.job_dir), *spec.argv()]
-            args += ["--world-size", str(n), "--rank", str(rank), "--master-addr", master, "--master-port", "0"]
-            if token is not None:
-                args += ["--rendezvous", token]
-            env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-            if self._ray_gpus:
-                args += ["--device", "cuda", "--local-rank", "0", "--threads", "1"]
-            else:
-                env["CUDA_VISIBLE_DEVICES"] = ""
-                args += ["--device", "cpu", "--threads", "1"]
-            log = str(rec.job_dir / f"rank{rank}.log")
-            refs.append(actor.start.remote(args, env, log, self._ray_gpus, self.wait_timeout_s, False))
         rec.pids = [int(p) for p in self._get(refs, rec.name, "start its workers")]
         rec.runs = {actor.wait_exit.remote(): rank for rank, actor in enumerate(rec.actors)}
 

@@ -146,3 +146,23 @@ def test_rank_commands_for_ranks_that_see_only_their_own_device(tmp_path: Path, 
     )
     assert [rc.argv for rc in command] == [["train.py"], ["train.py"]]
     assert all(rc.env["MASTER_PORT"] == "29500" and rc.env["A"] == "1" for rc in command)
+
+
+def test_every_backend_in_the_registry_makes_an_executor_of_the_whole_protocol(tmp_path: Path) -> None:
+    """One registry of backends; each one's executor class has every member of the ``Executor`` protocol
+    (``adopt`` included: a backend that cannot adopt says so by returning False)."""
+    from oak.runtime.backends import BACKENDS, BackendRequest, make_executor
+    from oak.runtime.executor import Executor, LocalExecutor
+    from oak.runtime.ray_executor import RayExecutor
+    from oak.runtime.slurm_executor import SlurmExecutor
+
+    assert set(BACKENDS) == {"local", "ray", "slurm"}
+    members = {n for n in Executor.__dict__ if not n.startswith("_")} | set(Executor.__annotations__)
+    assert {"launch", "adopt", "state", "request_stop", "kill", "reconcile"} <= members
+    for cls in (LocalExecutor, RayExecutor, SlurmExecutor):
+        missing = [m for m in members if not hasattr(cls, m) and m not in ("device_kind",)]
+        assert not missing, (cls.__name__, missing)
+    ex, devices = make_executor("local", BackendRequest("cpu", 3, None, tmp_path))
+    assert isinstance(ex, LocalExecutor) and devices == 3 and ex.device_kind == "cpu"
+    with pytest.raises(OakInputError, match="--backend 'k8s': expected one of local, ray, slurm"):
+        make_executor("k8s", BackendRequest("cpu", 1, None, tmp_path))

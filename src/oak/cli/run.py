@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.markup import escape
 
 from oak.cli.common import app, console, err_console, fail, jobs_table
+
+if TYPE_CHECKING:
+    from oak.runtime.executor import Executor
 
 
 def print_run_table(result: Any, title: str) -> None:
@@ -170,29 +173,23 @@ def profile_type_of(profile_type: str | None, kind: str, catalog: Any) -> str:
 
 def make_executor(
     backend: str, gpus: str | None, cpu_slots: int | None, address: str | None, run_dir: Path
-) -> tuple[Any, int, str]:
-    """The executor of ``--backend`` (None: the scheduler's LocalExecutor) and the devices it owns, (executor,
-    devices, kind): ``--cpu-slots N``, or ``--gpus auto|N`` — counted locally, or checked against the Ray
-    cluster's GPUs / the SLURM partition's largest node at once (a request beyond them exits 2)."""
+) -> tuple[Executor, int, str]:
+    """The executor of ``--backend`` (``oak.runtime.backends``) and the devices it owns, (executor, devices,
+    kind): ``--cpu-slots N``, or ``--gpus auto|N`` — counted locally, or checked against the Ray cluster's GPUs /
+    the SLURM partition's largest node at once (a request beyond them exits 2)."""
+    from oak.runtime.backends import BackendRequest
+    from oak.runtime.backends import make_executor as backend_executor
+
+    kind: Literal["cpu", "gpu"]
+    devices: int | None
     if cpu_slots is not None:
         devices, kind = cpu_slots, "cpu"
     elif backend in ("ray", "slurm"):
-        devices, kind = (0 if gpus == "auto" else _gpu_spec(gpus or "auto")), "gpu"
+        devices, kind = (None if gpus == "auto" else _gpu_spec(gpus or "auto")), "gpu"
     else:
         devices, kind = _gpu_count(gpus or "auto"), "gpu"
-    executor: Any = None
-    if backend == "ray":
-        from oak.runtime.ray_executor import RayExecutor
-
-        executor = RayExecutor(address=address, device_kind=kind, devices=devices or None)
-        devices = executor.devices
-    elif backend == "slurm":
-        from oak.runtime.slurm_executor import SlurmExecutor
-
-        # the first launch cancels the SLURM jobs an earlier scheduler of this run directory left
-        executor = SlurmExecutor(device_kind=kind, devices=devices or None, run_dir=run_dir)
-        devices = executor.devices
-    return executor, devices, kind
+    executor, owned = backend_executor(backend, BackendRequest(kind, devices, address, run_dir))
+    return executor, owned, kind
 
 
 def _gpu_spec(spec: str) -> int:

@@ -1,0 +1,62 @@
+"""The runtime's backends, one registry: a name → a factory of :class:`~oak.runtime.executor.Executor`.
+
+``oak run`` / ``oak serve --backend NAME`` look their executor up here. A factory gets the device kind, the
+devices asked for (None: every GPU the backend has, counted by it), a cluster address and the run directory,
+and returns the executor with the devices it owns. Ray and SLURM are imported only when asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from oak.errors import OakInputError
+from oak.runtime.executor import Executor, LocalExecutor
+
+
+@dataclass(frozen=True)
+class BackendRequest:
+    """What a backend is asked for: ``kind`` of device, ``devices`` (None: count the backend's GPUs), the
+    cluster ``address`` (Ray), the ``run_dir`` (whose tag marks the run's jobs on a shared cluster)."""
+
+    kind: Literal["cpu", "gpu"]
+    devices: int | None
+    address: str | None
+    run_dir: Path
+
+
+Factory = Callable[[BackendRequest], tuple[Executor, int]]
+
+
+def _local(req: BackendRequest) -> tuple[Executor, int]:
+    if req.devices is None:
+        raise OakInputError("the local backend needs a device count (--cpu-slots N or --gpus N|auto)")
+    return LocalExecutor(req.kind), req.devices
+
+
+def _ray(req: BackendRequest) -> tuple[Executor, int]:
+    from oak.runtime.ray_executor import RayExecutor
+
+    ex = RayExecutor(address=req.address, device_kind=req.kind, devices=req.devices)
+    return ex, ex.devices
+
+
+def _slurm(req: BackendRequest) -> tuple[Executor, int]:
+    from oak.runtime.slurm_executor import SlurmExecutor
+
+    # the first launch cancels the SLURM jobs an earlier scheduler of this run directory left and did not adopt
+    ex = SlurmExecutor(device_kind=req.kind, devices=req.devices, run_dir=req.run_dir)
+    return ex, ex.devices
+
+
+BACKENDS: dict[str, Factory] = {"local": _local, "ray": _ray, "slurm": _slurm}
+"""Backend name → factory; a new backend is one entry (its executor: launch, adopt, state, kill, ...)."""
+
+
+def make_executor(name: str, req: BackendRequest) -> tuple[Executor, int]:
+    """The executor of backend ``name`` and the devices it owns (an unknown name: ``OakInputError``)."""
+    factory = BACKENDS.get(name)
+    if factory is None:
+        raise OakInputError(f"--backend {name!r}: expected one of {', '.join(BACKENDS)}")
+    return factory(req)

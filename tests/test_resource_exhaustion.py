@@ -15,7 +15,7 @@ from oak.policies import make_policy
 from oak.runtime.learned import LearnedGoodput
 from oak.runtime.scheduler import RuntimeOptions
 from oak.runtime.store import RunStore
-from oak.service.scheduler import ServiceScheduler
+from oak.service.scheduler import Service
 
 FUTURE = 1.0e6  # submitted to start in 11.6 days
 
@@ -35,7 +35,7 @@ def test_an_idle_tick_does_no_work_for_future_jobs(tmp_path: Path, monkeypatch: 
 
     monkeypatch.setattr(RunStore, "save", save)
     monkeypatch.setattr(LearnedGoodput, "_signature", signature)
-    sched = ServiceScheduler(make_policy("oak"), tmp_path / "run", RuntimeOptions(devices=2, tick_s=0.02))
+    sched = Service(make_policy("oak"), tmp_path / "run", RuntimeOptions(devices=2, tick_s=0.02))
     thread = threading.Thread(target=sched.run, daemon=True)
     thread.start()
     try:
@@ -48,12 +48,12 @@ def test_an_idle_tick_does_no_work_for_future_jobs(tmp_path: Path, monkeypatch: 
         written.clear()
         signatures.clear()
         time.sleep(1.0)  # ~50 idle ticks
-        rows = sched._published_state["jobs"]
+        rows = sched.publisher._state["jobs"]
         idle_writes, idle_signatures = list(written), list(signatures)
         time.sleep(0.1)
-        later = sched._published_state["jobs"]
+        later = sched.publisher._state["jobs"]
     finally:
-        sched.interrupted = True
+        sched.stop()
         thread.join(30)
     assert len(first) == n and len(rows) == n
     assert len(idle_writes) > 10 and max(idle_writes) == 0, idle_writes[:5]  # ticks committed, no record rewritten

@@ -214,11 +214,11 @@ def test_the_service_serves_on_ray(tmp_path: Path) -> None:
     import sys
     import threading
 
-    from oak.service.scheduler import ServiceScheduler
+    from oak.service.scheduler import Service
 
     count = str(Path(__file__).resolve().parent.parent / "examples" / "jobs" / "count.py")
     opts = RuntimeOptions(devices=2, round_s=2.0, tick_s=0.1, stop_timeout_s=20.0)
-    sched = ServiceScheduler(
+    sched = Service(
         make_policy("oak"), tmp_path / "run", opts, executor=RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
     )
     thread = threading.Thread(target=sched.run, daemon=True)
@@ -231,6 +231,6 @@ def test_the_service_serves_on_ray(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, sched.request("status", {})
             time.sleep(0.3)
     finally:
-        sched.interrupted = True
+        sched.stop()
         thread.join(60)
     assert _live_groups() == []

@@ -23,7 +23,7 @@ from oak.policies import make_policy
 from oak.runtime.jobs_file import parse_jobs
 from oak.runtime.scheduler import RuntimeOptions
 from oak.service.protocol import Listeners, call
-from oak.service.scheduler import ServiceScheduler
+from oak.service.scheduler import Service
 from support.cli import oak
 from support.service import start_server
 
@@ -115,15 +115,15 @@ def test_job_helper_is_a_no_op_outside_oak(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------- in-process service
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[tuple[ServiceScheduler, Listeners, Path]]:
+def service(tmp_path: Path) -> Iterator[tuple[Service, Listeners, Path]]:
     run_dir = tmp_path / "run"
     opts = RuntimeOptions(devices=2, round_s=2.0, tick_s=0.05, stop_timeout_s=20.0)
-    sched = ServiceScheduler(make_policy("oak"), run_dir, opts)
+    sched = Service(make_policy("oak"), run_dir, opts)
     listeners = Listeners(run_dir, sched.request, ("127.0.0.1", 0))
     thread = threading.Thread(target=sched.run, daemon=True)
     thread.start()
     yield sched, listeners, run_dir
-    sched.interrupted = True
+    sched.stop()
     thread.join(60)
     listeners.close()
 
@@ -139,7 +139,65 @@ def _wait(run_dir: Path, pred: Any, timeout_s: float = 90.0) -> dict[str, Any]:
         time.sleep(0.2)
 
 
-def test_bad_submissions_are_refused_and_change_nothing(service: tuple[ServiceScheduler, Listeners, Path]) -> None:
+def test_the_service_composes_an_inbox_and_a_publisher_driven_on_data(tmp_path: Path) -> None:
+    """``Service`` adds no round of its own: its inbox and publisher, given to a ``RuntimeScheduler`` with a live
+    job set, are driven here tick by tick on a fake clock with a scripted executor (no thread, socket or
+    process). A submission is applied at the next tick, committed and published; a duplicate name is refused
+    with nothing changed; a cancel stops the running job; a retry queues it again and it finishes; each
+    request and round is a line of rounds.jsonl."""
+    from oak.runtime.scheduler import RuntimeScheduler
+    from oak.service.scheduler import _Request
+    from support.scripted import Fate, ScriptedExecutor
+
+    assert not issubclass(Service, RuntimeScheduler)
+    ex = ScriptedExecutor([Fate(end="running", reach=5), Fate(end="done", reach=100, after_s=30.0)])
+    opts = RuntimeOptions(devices=2, round_s=60.0, tick_s=1.0)
+    svc = Service(make_policy("oak"), tmp_path / "run", opts, ex, clock=ex.clock)
+    sched = svc.scheduler
+    start = sched.begin()
+    last = 0.0
+
+    def tick(op: str | None = None, **args: Any) -> dict[str, Any]:
+        nonlocal last
+        req = _Request(op, args) if op is not None else None
+        if req is not None:
+            svc.inbox.put(req)
+        now = ex.clock.time() - start
+        sched.sync(now, now - last)
+        sched.step_next(now)
+        last = now
+        ex.clock.sleep(opts.tick_s)
+        return req.reply if req is not None else {}
+
+    def rows() -> dict[str, dict[str, Any]]:
+        return {r["name"]: r for r in svc.request("status", {})["jobs"]}
+
+    text = "jobs:\n  - {name: a, model: tiny, target_steps: 100, max_gpus: 1, batch_size: 8, ckpt_every: 10}\n"
+    assert tick("submit", text=text, source="a.yaml") == {"ok": True, "submitted": ["a"]}
+    assert rows()["a"]["state"] == "restoring" and len(ex.launches) == 1  # placed in the same tick
+    tick()
+    assert rows()["a"]["state"] == "running"
+    refused = tick("submit", text=text.replace("tiny", "resnet18"), source="again.yaml")
+    assert refused["ok"] is False and "job 'a' is already in this run" in refused["error"]
+    assert [d["name"] for d in sched.store.submissions()] == ["a"] and list(rows()) == ["a"]
+    assert tick("cancel", name="a") == {"ok": True, "cancelled": "a"}
+    tick()
+    assert rows()["a"]["state"] == "cancelled" and rows()["a"]["devices"] == []
+    assert tick("cancel", name="nope")["error"] == "no job 'nope' in this run (jobs: a)"
+    assert tick("retry", name="a") == {"ok": True, "retried": "a"}
+    for _ in range(40):
+        tick()
+    a = rows()["a"]
+    assert a["state"] == "done" and a["step"] == 100 and a["incarnations"] == 2 and len(ex.launches) == 2
+    phases = [p for _, p, _ in a["history"]]
+    assert phases[-6:] == ["stopping", "cancelled", "queued", "restoring", "running", "done"], a["history"]
+    events = [json.loads(line)["event"] for line in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    assert events[0] == "submit" and events.count("cancel") == 1 and events.count("retry") == 1
+    assert events.count("round") >= 2  # the submission placed, the retry placed
+    assert 'oak_jobs{state="done"} 1' in svc.request("metrics", {})["text"]
+
+
+def test_bad_submissions_are_refused_and_change_nothing(service: tuple[Service, Listeners, Path]) -> None:
     sched, _, run_dir = service
     ok = call(run_dir, "submit", text="jobs:\n" + count_job("a", 5), source="a.yaml")
     assert ok == {"ok": True, "submitted": ["a"]}
@@ -152,13 +210,13 @@ def test_bad_submissions_are_refused_and_change_nothing(service: tuple[ServiceSc
     for text, expected in cases:
         reply = call(run_dir, "submit", text=text, source="bad.yaml")
         assert reply["ok"] is False and expected in reply["error"] and "bad.yaml" in reply["error"], reply
-    assert [d["name"] for d in sched.store.submissions()] == ["a"]
+    assert [d["name"] for d in sched.scheduler.store.submissions()] == ["a"]
     assert [r["name"] for r in call(run_dir, "status")["jobs"]] == ["a"]
     assert call(run_dir, "bogus")["ok"] is False
 
 
 def test_cancel_stops_a_running_job_and_status_metrics_report_it(
-    service: tuple[ServiceScheduler, Listeners, Path],
+    service: tuple[Service, Listeners, Path],
 ) -> None:
     _, listeners, run_dir = service
     text = "jobs:\n" + count_job("long", 2000, step_s=0.05) + count_job("short", 10)
@@ -199,14 +257,14 @@ def test_cancel_stops_a_running_job_and_status_metrics_report_it(
 
 
 def test_a_second_server_on_the_same_run_directory_is_refused(
-    service: tuple[ServiceScheduler, Listeners, Path],
+    service: tuple[Service, Listeners, Path],
 ) -> None:
     _, _, run_dir = service
     with pytest.raises(OakInputError, match="another oak serve is running"):
         Listeners(run_dir, lambda op, args: {"ok": True})
 
 
-def test_learned_goodput_fits_the_jobs_own_step_times(service: tuple[ServiceScheduler, Listeners, Path]) -> None:
+def test_learned_goodput_fits_the_jobs_own_step_times(service: tuple[Service, Listeners, Path]) -> None:
     """count.py's step takes step_s·(0.2 + 0.8/W): after running on 1 and 2 slots, the learned model's step
     time at both sizes is within 25 % of the truth (sleep and interpreter overheads are a few ms per step)."""
     sched, _, run_dir = service
@@ -217,12 +275,12 @@ def test_learned_goodput_fits_the_jobs_own_step_times(service: tuple[ServiceSche
     assert jobs["solo"]["learned"]["prior"] == "linear-scaling"
     sched_jobs = _wait(run_dir, lambda j: j["solo"]["step"] > 30 and len(j["solo"]["devices"]) == 2, timeout_s=90)
     assert sched_jobs["solo"]["learned"]["max_devices_offered"] == 2
-    idx = sched.names.index("solo")
+    idx = sched.scheduler.names.index("solo")
     from oak.goodput.online import predicted_step_time
     from oak.goodput.throughput import ThroughputParams
 
     params = ThroughputParams(**sched_jobs["solo"]["learned"]["params"])
-    run_sizes = {s.replicas for s in sched.learned.samples(sched.records[idx])}
+    run_sizes = {s.replicas for s in sched.scheduler.learned.samples(sched.scheduler.records[idx])}
     assert run_sizes == {1, 2} or run_sizes == {2}, run_sizes
     for w in run_sizes:
         truth = 0.1 * (0.2 + 0.8 / w)
@@ -467,7 +525,7 @@ def test_submit_name_keeps_the_command_as_typed(tmp_path: Path) -> None:
     assert "./train.sh" in seen["text"] and "a//b" in seen["text"]
 
 
-def test_status_watch_in_a_pipe_prints_a_table_per_interval(service: tuple[ServiceScheduler, Listeners, Path]) -> None:
+def test_status_watch_in_a_pipe_prints_a_table_per_interval(service: tuple[Service, Listeners, Path]) -> None:
     _, _, run_dir = service
     assert call(run_dir, "submit", text="jobs:\n" + count_job("w", 3), source="w.yaml")["ok"]
     proc = subprocess.Popen(

@@ -33,15 +33,15 @@ def in_process_service(run_dir: Path, policy: Any, devices: int, **opts: Any) ->
     socket; yields its thread."""
     from oak.runtime.scheduler import RuntimeOptions
     from oak.service.protocol import Listeners
-    from oak.service.scheduler import ServiceScheduler
+    from oak.service.scheduler import Service
 
-    sched = ServiceScheduler(policy, run_dir, RuntimeOptions(devices=devices, round_s=0.5, tick_s=0.05, **opts))
+    sched = Service(policy, run_dir, RuntimeOptions(devices=devices, round_s=0.5, tick_s=0.05, **opts))
     listeners = Listeners(run_dir, sched.request, None)
     thread = threading.Thread(target=sched.run, daemon=True)
     thread.start()
     try:
         yield thread
     finally:
-        sched.interrupted = True
+        sched.stop()
         thread.join(60)
         listeners.close()

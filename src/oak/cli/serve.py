@@ -73,7 +73,7 @@ def serve(
     from oak.policies import make_policy
     from oak.runtime.scheduler import RuntimeOptions
     from oak.service.protocol import Listeners
-    from oak.service.scheduler import ServiceScheduler
+    from oak.service.scheduler import Service
 
     if (gpus is None) == (cpu_slots is None):
         fail("give exactly one of --gpus auto|N and --cpu-slots N")
@@ -116,11 +116,11 @@ def serve(
         print(line, file=sys.stderr, flush=True)
 
     fresh = not (Path(run_dir) / "state.sqlite").exists()
-    sched = ServiceScheduler(pol, run_dir, opts, executor=executor, catalog=catalog, log=log)
+    service = Service(pol, run_dir, opts, executor=executor, catalog=catalog, log=log)
     try:
-        listeners = Listeners(Path(run_dir), sched.request, addr, tls, insecure_http, token_file)
+        listeners = Listeners(Path(run_dir), service.request, addr, tls, insecure_http, token_file)
     except Exception:
-        sched.store.close()
+        service.scheduler.store.close()
         if fresh:  # a start that failed (port in use, another service, bad certificate) leaves no run behind
             for f in ("state.sqlite", "state.sqlite-wal", "state.sqlite-shm"):
                 (Path(run_dir) / f).unlink(missing_ok=True)
@@ -144,7 +144,7 @@ def serve(
         f"oak serve: {devices} {kind} device(s), policy {pol.name}, socket {Path(run_dir) / 'oak.sock'}{where}"
     )
     try:
-        sched.run()
+        service.run()
     finally:
         listeners.close()
     err_console.print("oak serve: stopped; every running job was stopped with a checkpoint")
@@ -244,8 +244,8 @@ def _status(run_dir: Path) -> tuple[dict[str, Any], bool]:
 
 
 def _stored_status(run_dir: Path) -> dict[str, Any]:
+    from oak.runtime.jobs_file import job_from_dict
     from oak.runtime.store import RunStore
-    from oak.service.scheduler import job_from_dict
 
     db = run_dir / "state.sqlite"
     if not db.is_file():

@@ -26,6 +26,7 @@ Every error names the file, the line and the field, the value and what was expec
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -128,6 +129,22 @@ class RuntimeJob:
 class JobsFile:
     path: str
     jobs: tuple[RuntimeJob, ...]
+
+
+def job_to_dict(job: RuntimeJob) -> dict[str, Any]:
+    """A job as JSON-able data (a live run's submissions are stored so)."""
+    d = dataclasses.asdict(job)
+    d["command"] = list(job.command)
+    d["env"] = [list(kv) for kv in job.env]
+    return d
+
+
+def job_from_dict(d: dict[str, Any]) -> RuntimeJob:
+    """The job ``job_to_dict`` stored."""
+    d = dict(d)
+    d["command"] = tuple(d.get("command") or ())
+    d["env"] = tuple((str(k), str(v)) for k, v in d.get("env") or ())
+    return RuntimeJob(**d)
 
 
 #: The most nodes a jobs file's aliases may expand to, all aliases together. A merge of a defaults block into each

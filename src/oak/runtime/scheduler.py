@@ -29,12 +29,15 @@ killed at any point resumes with ``oak run`` on the same run directory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
 import os
 import signal
+import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +55,8 @@ from oak.model.job import JobSpec
 from oak.policies.base import Policy
 from oak.runtime.clock import Clock, SystemClock
 from oak.runtime.executor import Executor, Launch, LocalExecutor
-from oak.runtime.jobs_file import JobsFile, RuntimeJob
+from oak.runtime.frontend import Inbox, Publisher
+from oak.runtime.jobs_file import JobsFile, RuntimeJob, job_from_dict, job_to_dict
 from oak.runtime.launch import log_tail, read_status
 from oak.runtime.learned import LearnedGoodput
 from oak.runtime.lifecycle import enter, phase_of
@@ -149,19 +153,32 @@ class _Live:
 
 
 class RuntimeScheduler:
-    """Schedules the jobs of ``jobs`` on ``opts.devices`` devices with ``policy`` in ``run_dir``."""
+    """Schedules the jobs of ``jobs`` on ``opts.devices`` devices with ``policy`` in ``run_dir``.
+
+    ``jobs=None``: a live job set (``oak serve``): the run starts with the jobs submitted to it so far and takes
+    more while it runs (``submit``); it goes on when every job is over, and a policy that raises costs a round,
+    not the run. ``inbox`` and ``publisher`` (:mod:`oak.runtime.frontend`) are how a front end composes with it:
+    requests applied at the start of each tick, the state handed out at its end."""
 
     def __init__(
         self,
-        jobs: JobsFile,
+        jobs: JobsFile | None,
         policy: Policy,
         run_dir: str | Path,
         opts: RuntimeOptions,
         executor: Executor | None = None,
         catalog: Catalog | None = None,
         clock: Clock | None = None,
+        *,
+        inbox: Inbox | None = None,
+        publisher: Publisher | None = None,
     ) -> None:
-        self.jobs = jobs.jobs
+        self.serving = jobs is None
+        """A live job set: keep running when every job is over (new ones may be submitted)."""
+        self.inbox, self.publisher = inbox, publisher
+        self.policy_error: str | None = None
+        """The last round's policy error (a live job set only; None once a round is decided again)."""
+        self.jobs = jobs.jobs if jobs is not None else ()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.policy = policy
         self.opts = opts
@@ -174,10 +191,10 @@ class RuntimeScheduler:
             executor if executor is not None else LocalExecutor("gpu" if opts.device_kind == "gpu" else "cpu")
         )
         self.catalog = catalog if catalog is not None else Catalog.load()
-        self.source = Path(jobs.path).stem
+        self.source = Path(jobs.path).stem if jobs is not None else "serve"
         self.st: JobsState | None = None
         self.learned = LearnedGoodput(self.catalog, opts.profile_type)
-        self._build(list(jobs.jobs))
+        self._build(list(self.jobs))
         self.failure_model = PerJobBernoulli(opts.failure_rate)
         self.store = RunStore(self.run_dir / "state.sqlite")
         self.decision_ms: list[float] = []
@@ -194,6 +211,11 @@ class RuntimeScheduler:
         """(Re)build the model of the job set: once at start, and in ``oak serve`` whenever jobs are submitted
         or a job's learned goodput model changes. Job indices are stable: jobs are only ever appended."""
         self.jobs = tuple(jobs)
+        if not jobs:  # a live job set before its first submission: no model to build
+            self.names, self._index = [], {}
+            self.keys = np.zeros(0, dtype=np.uint64)
+            self.st = JobsState.initial(np.zeros(0))
+            return
         recs = records if records is not None else [None] * len(jobs)
         catalog = self.learned.catalog(self.jobs, recs)
         workload = Workload(
@@ -229,7 +251,12 @@ class RuntimeScheduler:
         return self.run_dir / "jobs" / job.name
 
     def _fingerprint(self) -> str:
-        text = repr((self.jobs, self.policy.name, self.opts.seed, self.opts.devices, self.opts.profile_type))
+        """What a run directory's run is: a resumed run must be the same one."""
+        o = self.opts
+        if self.serving:  # the job set is what was submitted (in the store), not part of the identity
+            fields = {"policy": self.policy.name, "seed": o.seed, "devices": o.devices, "kind": o.device_kind}
+            return json.dumps({"serve": 1, **fields, "profile_type": o.profile_type}, sort_keys=True)
+        text = repr((self.jobs, self.policy.name, o.seed, o.devices, o.profile_type))
         return hashlib.sha256(text.encode()).hexdigest()
 
     # ------------------------------------------------------------------ run
@@ -283,7 +310,7 @@ class RuntimeScheduler:
         since the last tick, ``dt`` seconds ago — requests (``oak serve``), the ranks' reports and exits, stops
         that ended, injected failures, arrivals, back-offs that ended — into the records, and note whether a
         round is due (``step_next`` takes it)."""
-        if self._service(now):
+        if self.inbox is not None and self.inbox.take(self, now):
             self._due = True
         records = self.records
         changed = self._observe(records, now, dt)
@@ -326,7 +353,8 @@ class RuntimeScheduler:
         for r in changing:  # what no event recorded (none should be left: the suite checks it strictly)
             self._settle(r, now, "observed")
         self.store.save(changing, {"last_tick_s": now})
-        self._published(now)
+        if self.publisher is not None:
+            self.publisher.publish(self, now)
 
     def _settle(self, r: JobRecord, now: float, why: str) -> None:
         """Record the job's change of phase, if its fields describe a new one, with the event's reason
@@ -343,16 +371,6 @@ class RuntimeScheduler:
         ended = [r for r in records if r.over and r.name not in self._live.committed_over and r.name not in stopping]
         self._live.committed_over.update(r.name for r in ended)
         return [r for r in records if r.arrived and (not r.over or r.name in stopping)] + ended
-
-    serving = False
-    """``oak serve``: keep running when every job is over (new ones may be submitted)."""
-
-    def _service(self, now: float) -> bool:
-        """Hook of ``oak serve``: take submitted requests (True if the job set changed)."""
-        return False
-
-    def _published(self, now: float) -> None:
-        """Hook of ``oak serve``: publish the tick's state (status, metrics)."""
 
     def _install_stop_handlers(self) -> dict[int, Any]:
         """SIGTERM/SIGINT end the run at the next tick: running jobs are stopped with a checkpoint and the
@@ -418,12 +436,13 @@ class RuntimeScheduler:
         fp = self._fingerprint()
         if meta:
             if meta.get("fingerprint") != fp:
-                raise OakInputError(
-                    f"{self.run_dir}: holds a run of other jobs, policy, seed or devices; use a new --run-dir"
-                )
+                raise OakInputError(self._other_run(str(meta.get("fingerprint", ""))))
             saved = self.store.jobs()
-            records = [saved.get(n, JobRecord(n)) for n in self.names]
             self._start_wall = float(meta["start_wall"])
+            if self.serving:  # the jobs submitted so far, in the order they were
+                submitted = [job_from_dict(d) for d in self.store.submissions()]
+                self._build(submitted, [saved.get(j.name, JobRecord(j.name)) for j in submitted])
+            records = [saved.get(n, JobRecord(n)) for n in self.names]
             self._resume_running(records)
             for r in records:
                 if self.opts.retry_failed and r.gave_up is not None:
@@ -436,6 +455,15 @@ class RuntimeScheduler:
         self.store.save(records, {"fingerprint": fp, "start_wall": start, "policy": self.policy.name})
         self._mark_run(start)
         return records, start
+
+    def _other_run(self, was: str) -> str:
+        """Why a run directory's run is not this one."""
+        if not self.serving:
+            return f"{self.run_dir}: holds a run of other jobs, policy, seed or devices; use a new --run-dir"
+        return (
+            f"{self.run_dir}: its service was started with other settings ({was or 'an oak run of a jobs file'}); "
+            f"restart it with the same --policy, --seed and devices, or use a new --run-dir"
+        )
 
     def _mark_run(self, start: float) -> None:
         """Write ``RUN_MARKER``: this directory holds a run, whatever happens to its database."""
@@ -726,7 +754,7 @@ class RuntimeScheduler:
         r.step = min(newest_checkpoint_step(self.job_dir(job)), job.target_steps)
 
     def _inject_failures(self, records: list[JobRecord], now: float) -> bool:
-        if self.failure_model.rate <= 0:
+        if self.failure_model.rate <= 0 or not self.jobs:
             return False
         k = math.floor(now / self.opts.round_s)
         u, at = self.failure_stream.interval(k)
@@ -768,7 +796,20 @@ class RuntimeScheduler:
         self._fill_state(records, st)
         waiting_out = np.array([r.retry_at_s > 0 for r in records], dtype=bool)  # backing off: not placed
         active = np.flatnonzero((st.arrived & ~st.done & ~waiting_out) | st.pinned)
-        plan = step(self.model, st, now, active, self.policy)
+        try:
+            plan = step(self.model, st, now, active, self.policy)
+        except Exception as exc:
+            if not self.serving:
+                raise
+            # a live run outlives a policy (a user's plugin) that raises: nothing was stopped or started, every
+            # job keeps what it holds, and the next round asks the policy again
+            msg = f"policy {self.policy.name!r} raised {type(exc).__name__}: {str(exc)[:300]}"
+            if msg != self.policy_error:
+                print(f"oak serve: {msg}; jobs keep their devices, the next round asks again", file=sys.stderr)
+            self.policy_error = msg
+            self._event({"event": "policy-error", "t": round(now, 3), "error": msg})
+            return
+        self.policy_error = None
         ms = plan.decision_ms
         self.decision_ms.append(ms)
         st.policy_state = plan.allocation.state
@@ -789,6 +830,20 @@ class RuntimeScheduler:
             allocation["_waiting_for_stops"] = sorted(self.names[i] for i in waiting)
         k = self.store.rounds()
         self.store.save(self._changing(records), None, (k, now, ms, json.dumps(allocation, sort_keys=True)))
+        self._event(
+            {
+                "event": "round",
+                "k": len(self.decision_ms) - 1,
+                "t": round(now, 3),
+                "decision_ms": round(ms, 3),
+                "allocation": {r.name: r.devices for r in records if r.devices},
+                "states": dict(Counter(r.state for r in records)),
+            }
+        )
+
+    def _event(self, event: dict[str, Any]) -> None:
+        if self.publisher is not None:
+            self.publisher.note(event)
 
     def request_stops(self, idx: list[int], records: list[JobRecord], now: float) -> None:
         """Ask jobs ``idx`` to checkpoint and exit, without waiting: the scheduler goes on ticking (observing,
@@ -804,6 +859,77 @@ class RuntimeScheduler:
         for i in new:
             self._live.stopping[i] = now + self.opts.stop_timeout_s
             self._settle(records[i], now, "asked to checkpoint and exit")
+
+    # ------------------------------------------------------------------ operations on a live run (its inbox's)
+    def submit(self, jobs: list[RuntimeJob], now: float, source: str) -> list[str]:
+        """Add ``jobs`` (parsed and checked by ``parse_jobs``; ``submit_s`` relative to ``now``) to a live run:
+        all of them, committed, or none (``OakInputError`` says why: a name already in the run, a device bound
+        beyond the cluster, no feasible configuration). Returns their names."""
+        if not self.serving:
+            raise OakInputError("this run's job set is its jobs file: jobs are submitted to `oak serve`")
+        have = {j.name: r for j, r in zip(self.jobs, self.records, strict=True)}
+        kind = "CPU slot(s)" if self.opts.device_kind == "cpu" else "GPU(s)"
+        for j in jobs:
+            if j.name in have:
+                raise OakInputError(
+                    f"{source}: job {j.name!r} is already in this run ({have[j.name].state}); job names are unique "
+                    "within a run directory: pick another name"
+                )
+            for f in ("min_gpus", "max_gpus"):
+                if getattr(j, f) > self.opts.devices:
+                    raise OakInputError(
+                        f"{source}: job {j.name!r}: {f}={getattr(j, f)} exceeds the {self.opts.devices} {kind} "
+                        "this scheduler has"
+                    )
+        new = [dataclasses.replace(j, submit_s=now + j.submit_s) for j in jobs]
+        new_records = [JobRecord(j.name) for j in new]
+        old_jobs, old_records = list(self.jobs), list(self.records)
+        try:  # the whole job set must build (feasible configurations for every job) and commit, or nothing is kept
+            self._build(old_jobs + new, old_records + new_records)
+            self.store.submit([job_to_dict(j) for j in new], new_records)
+        except Exception as exc:
+            self._build(old_jobs, old_records)
+            if isinstance(exc, OakInputError):
+                raise OakInputError(f"{source}: refused, nothing submitted: {exc}") from None
+            raise OakInputError(f"{source}: not submitted ({type(exc).__name__}: {exc})") from None
+        self.records = old_records + new_records
+        return [j.name for j in new]
+
+    def _named(self, name: str) -> int:
+        """The index of job ``name``; an unknown name is an input error listing the run's jobs."""
+        if name not in self._index:
+            known = ", ".join(sorted(self._index)) or "none"
+            raise OakInputError(f"no job {name!r} in this run (jobs: {known})")
+        return self._index[name]
+
+    def cancel(self, name: str, now: float) -> None:
+        """Cancel job ``name``: a running one is asked to checkpoint and exit (the scheduler does not wait);
+        committed before it returns."""
+        i = self._named(name)
+        r = self.records[i]
+        if r.over:
+            raise OakInputError(f"job {name!r} is already {r.state}")
+        r.cancelled = True
+        r.finish_s = now
+        if r.launched_at_s is not None:  # stopped with a checkpoint, as at any stop
+            self.request_stops([i], self.records, now)  # commits the record before it signals the job
+        self._settle(r, now, "cancelled")
+        self.store.save([r])
+
+    def retry(self, name: str, now: float) -> None:
+        """Queue a failed or cancelled job again: it resumes from its newest checkpoint, with a fresh retry
+        count (its failures and restarts so far stay counted); committed before it returns."""
+        i = self._named(name)
+        r = self.records[i]
+        if r.state not in ("failed", "cancelled"):
+            raise OakInputError(f"job {name!r} is {r.state}; only a failed or cancelled job can be retried")
+        if i in self._live.stopping:
+            raise OakInputError(f"job {name!r} is still stopping; retry it once it has exited")
+        r.gave_up, r.cancelled, r.fail_streak, r.retry_at_s, r.finish_s = None, False, 0, 0.0, None
+        self._live.committed_over.discard(name)
+        self.failure_notes.pop(name, None)
+        self._settle(r, now, "retried")
+        self.store.save([r])
 
     def _advance_stops(self, records: list[JobRecord], now: float) -> bool:
         """End the stops whose jobs have exited (or SIGKILL them past their deadline); True if one ended whose

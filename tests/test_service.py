@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -289,11 +290,26 @@ def test_learned_goodput_fits_the_jobs_own_step_times(service: tuple[Service, Li
 
 # ---------------------------------------------------------------------------------------------- the acceptance run
 @pytest.mark.long
-def test_a_sigkilled_server_restarted_adopts_its_running_jobs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.xdist_group("ray"))])
+def test_a_sigkilled_server_restarted_adopts_its_running_jobs(tmp_path: Path, backend: str) -> None:
     """oak serve (3 CPU slots, oak, 5 s rounds), oak submit of three plain-Python scripts, SIGKILL of the server
     while they run, the same command again once one of them has finished meanwhile: the running jobs are adopted,
     not restarted (restarts and incarnations unchanged, no new start in their logs, no step computed twice), and
-    the one that finished while no server ran is recorded as done."""
+    the one that finished while no server ran is recorded as done. Local processes, and rank actors on a Ray
+    cluster started with ``ray start --head`` (SLURM: tests/test_runtime_slurm.py)."""
+    with contextlib.ExitStack() as stack:
+        extra: list[str] = []
+        env = None
+        if backend == "ray":
+            pytest.importorskip("ray")
+            from support.service import ray_head
+
+            address, env = stack.enter_context(ray_head(3))
+            extra = ["--backend", "ray", "--address", address]
+        _sigkill_and_restart(tmp_path, extra, env)
+
+
+def _sigkill_and_restart(tmp_path: Path, extra: list[str], env: dict[str, str] | None) -> None:
     run_dir = tmp_path / "run"
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(
@@ -303,8 +319,9 @@ def test_a_sigkilled_server_restarted_adopts_its_running_jobs(tmp_path: Path) ->
         + count_job("c", 40, step_s=0.1, submit_s=2)
     )
     argv = [*MAIN, "serve", "--run-dir", str(run_dir), "--cpu-slots", "3", "--policy", "oak", "--round-seconds", "5"]
+    argv += extra
     log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 (closed below)
-    server = start_server(argv, run_dir, log)
+    server = start_server(argv, run_dir, log, env=env)
     try:
         sub = oak("submit", "--run-dir", str(run_dir), str(jobs))
         assert sub.returncode == 0 and "submitted a, b, c" in sub.stdout, sub.stderr
@@ -319,7 +336,7 @@ def test_a_sigkilled_server_restarted_adopts_its_running_jobs(tmp_path: Path) ->
             assert time.monotonic() < deadline, "job c did not finish"
             time.sleep(0.2)
         assert not (run_dir / "jobs" / "a" / "rank0.exit").exists(), "a ended before the server came back"
-        server = start_server(argv, run_dir, log)
+        server = start_server(argv, run_dir, log, env=env)
         deadline = time.monotonic() + 240
         while True:
             out = oak("status", "--run-dir", str(run_dir), "--json")

@@ -12,6 +12,10 @@ binds a port the OS picks there and publishes it in the job directory (``rendezv
 incarnation's token), where the other ranks read it. The job directory is passed as an absolute path: on a multi-node cluster the
 run directory must be on a filesystem every node shares (checkpoints, ``status.json``, logs).
 
+Placement groups and rank actors are detached and named (``oak:<run tag>:<job>:<nonce>``, its actors
+``...:r<rank>`` in the namespace ``oak``): an incarnation outlives the scheduler that launched it, and a
+restarted scheduler of the same run adopts it (:meth:`RayExecutor.adopt`) or removes it.
+
 Every wait is bounded: the reservation (``pg.wait``), actor start, worker start, stop and kill.
 A job is ``failed`` when a rank exits non-zero, or its actor dies (``ray.kill``, a crash, node loss);
 ``done`` when every rank exits 0 and the ``done`` marker exists; ``stopped`` when they exit 0 without it.
@@ -40,7 +44,7 @@ from typing import Any
 from oak.errors import OakInputError
 from oak.runtime.executor import JobState, Launch, classify, job_spec
 from oak.runtime.launch import CHECKPOINT_SUBDIR, DONE_FILE, rank_commands, read_status, spawn_rank
-from oak.runtime.procs import die_with_parent
+from oak.runtime.procs import clear_exit_files, die_with_parent, write_exit_status
 
 try:
     import ray
@@ -62,7 +66,10 @@ SLOT_RESOURCE = "oak_slot"
 """Custom Ray resource of one device slot (a CPU worker slot, or a stand-in GPU)."""
 GPU_RESOURCE = "GPU"
 PG_PREFIX = "oak"
-"""Placement groups are named ``oak:<run tag>:<job>:<nonce>`` (the run tag hashes the run directory)."""
+"""Placement groups are named ``oak:<run tag>:<job>:<nonce>`` (the run tag hashes the run directory); the rank
+actors in one ``<its name>:r<rank>``, in the namespace ``RAY_NAMESPACE``."""
+RAY_NAMESPACE = "oak"
+"""Namespace of the rank actors: a restarted scheduler (another Ray job) finds them by name there."""
 KILL_WAIT_S = 10.0
 """Bound on waiting for SIGKILLed ranks to be reaped."""
 _DIED = -(10**6)
@@ -92,10 +99,19 @@ class _RankActor:
             return int(s.getsockname()[1])
 
     def start(
-        self, args: list[str], env: dict[str, str], log_path: str, ray_gpus: bool, timeout_s: float, command: bool
+        self,
+        args: list[str],
+        env: dict[str, str],
+        log_path: str,
+        ray_gpus: bool,
+        timeout_s: float,
+        command: bool,
+        exit_to: tuple[str, int] | None = None,
     ) -> int:
         """Start ``python -m oak.runtime.worker ARGS`` (or, for a command job, the command ``ARGS`` itself,
-        whose signals then go to its whole process group) with ``env`` added; returns its pid."""
+        whose signals then go to its whole process group) with ``env`` added; returns its pid. ``exit_to``
+        (job directory, rank): where to leave the exit status once it exits (``oak.runtime.procs``: what a
+        restarted scheduler reads of a command that ended while none ran; the packaged worker leaves its own)."""
         if self._proc is not None or self._error is not None:
             raise RuntimeError("this rank actor already started its worker")
         full_env = dict(os.environ)
@@ -105,14 +121,14 @@ class _RankActor:
         self._group = command
         argv = list(args) if command else [sys.executable, "-m", "oak.runtime.worker", *args]
         # The thread that forks the child lives exactly as long as the child: PDEATHSIG follows the thread.
-        threading.Thread(target=self._own, args=(argv, full_env, log_path), daemon=True).start()
+        threading.Thread(target=self._own, args=(argv, full_env, log_path, exit_to), daemon=True).start()
         if not self._started.wait(timeout_s):
             raise RuntimeError(f"the worker did not start within {timeout_s:g} s")
         if self._error is not None or self._proc is None:
             raise RuntimeError(f"cannot start the worker: {self._error}")
         return self._proc.pid
 
-    def _own(self, argv: list[str], env: dict[str, str], log_path: str) -> None:
+    def _own(self, argv: list[str], env: dict[str, str], log_path: str, exit_to: tuple[str, int] | None) -> None:
         try:
             proc = spawn_rank(
                 argv,
@@ -129,8 +145,17 @@ class _RankActor:
             return
         self._proc = proc
         self._started.set()
-        self._code = proc.wait()
+        code = proc.wait()
+        if exit_to is not None:
+            with contextlib.suppress(OSError):
+                write_exit_status(exit_to[0], exit_to[1], proc.pid, code)
+        self._code = code
         self._exited.set()
+
+    def worker(self) -> tuple[int | None, int | None]:
+        """Its worker's pid (None if none started) and exit status (None while it runs)."""
+        pid = self._proc.pid if self._proc is not None else None
+        return pid, (self._code if self._exited.is_set() else None)
 
     def wait_exit(self) -> int:
         """Block until the worker exits; its exit status (negative: killed by that signal)."""
@@ -283,9 +308,73 @@ class RayExecutor:
                 best = max(best, float(node.get("Resources", {}).get(self.resource, 0.0)))
         return "STRICT_PACK" if best >= n else "PACK"
 
+    def _run_tag(self, job_dir: Path) -> str:
+        """This run's tag (the run directory RUN_DIR/jobs/NAME hashed), which names its placement groups."""
+        if self._tag is None:
+            self._tag = hashlib.sha256(str(job_dir.parent.parent).encode()).hexdigest()[:12]
+        return self._tag
+
+    def _groups_of(self, job_dir: Path, name: str) -> dict[str, tuple[str, int]]:
+        """This run's placement groups of job ``name`` that Ray has not removed: their name → (id, bundles)."""
+        prefix = f"{PG_PREFIX}:{self._run_tag(job_dir)}:{name}:"
+        return {
+            str(info["name"]): (str(pid), len(info.get("bundles", {})))
+            for pid, info in placement_group_table().items()
+            if str(info.get("name", "")).startswith(prefix) and info.get("state") != "REMOVED"
+        }
+
     def adopt(self, item: Launch, pids: list[int]) -> bool:
-        """Not yet: a restarted scheduler stops what is left of this run's actors and starts the jobs again."""
-        return False
+        """Follow the incarnation a previous scheduler of this run launched, if it still runs whole: its
+        placement group (``oak:<run tag>:<job>:<nonce>``, detached) and one detached rank actor per device,
+        named after it, whose workers run with exactly the recorded ``pids``. Any other placement group of this
+        job in this run is stale (an incarnation that is not whole, or not the recorded one): its ranks are
+        asked to checkpoint and exit, then it is removed (its actors with it)."""
+        name = item.job.name
+        job_dir = Path(item.job_dir).resolve()
+        followed: _Incarnation | None = None
+        for pg_name, (pg_id, bundles) in sorted(self._groups_of(job_dir, name).items()):
+            if followed is None and bundles == len(item.devices):
+                followed = self._follow(item, job_dir, pg_name, pg_id, pids)
+                if followed is not None:
+                    continue
+            self._remove_group(pg_name, pg_id, bundles)
+        if followed is None:
+            return False
+        self._jobs[name] = followed
+        return True
+
+    def _follow(self, item: Launch, job_dir: Path, pg_name: str, pg_id: str, pids: list[int]) -> _Incarnation | None:
+        """The incarnation of placement group ``pg_name`` if its rank actors are alive and their workers are
+        the ``pids`` and still run; None otherwise."""
+        try:
+            actors = [ray.get_actor(f"{pg_name}:r{r}", namespace=RAY_NAMESPACE) for r in range(len(item.devices))]
+            seen = self._get([a.worker.remote() for a in actors], item.job.name, "answer for its rank actors")
+        except (ValueError, RuntimeError):  # an actor is gone (killed, its node lost) or does not answer
+            return None
+        if [pid for pid, _ in seen] != list(pids) or any(code is not None for _, code in seen):
+            return None
+        pg = PlacementGroup(_RAY.PlacementGroupID.from_hex(pg_id))
+        runs = {actor.wait_exit.remote(): rank for rank, actor in enumerate(actors)}
+        return _Incarnation(item.job.name, job_dir, pg, pg_name, actors, list(pids), runs, command=item.job.is_command)
+
+    def _remove_group(self, pg_name: str, pg_id: str, bundles: int) -> None:
+        """Remove a stale placement group of this run: SIGTERM to its ranks (a checkpoint, as at any stop),
+        at most ``KILL_WAIT_S`` for them to exit, then the group, which kills its actors and what is left."""
+        actors: list[Any] = []
+        for r in range(bundles):
+            with contextlib.suppress(ValueError):
+                actors.append(ray.get_actor(f"{pg_name}:r{r}", namespace=RAY_NAMESPACE))
+        with contextlib.suppress(RayError):
+            for actor in actors:
+                actor.send.remote(signal.SIGTERM)
+            exits: list[Any] = [actor.wait_exit.remote() for actor in actors]
+            if exits:
+                ray.wait(exits, num_returns=len(exits), timeout=KILL_WAIT_S)
+        for actor in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+        with contextlib.suppress(Exception):
+            remove_placement_group(PlacementGroup(_RAY.PlacementGroupID.from_hex(pg_id)))
 
     def launch(self, item: Launch) -> None:
         name = item.job.name
@@ -303,11 +392,12 @@ class RayExecutor:
             )
         job_dir = Path(item.job_dir).resolve()
         job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if self._tag is None:  # the run directory (RUN_DIR/jobs/NAME) names this run's placement groups
-            self._tag = hashlib.sha256(str(job_dir.parent.parent).encode()).hexdigest()[:12]
-        pg_name = f"{PG_PREFIX}:{self._tag}:{name}:{uuid.uuid4().hex[:8]}"
+        for stale, (pg_id, size) in self._groups_of(job_dir, name).items():  # a dead scheduler's, not adopted
+            self._remove_group(stale, pg_id, size)
+        pg_name = f"{PG_PREFIX}:{self._run_tag(job_dir)}:{name}:{uuid.uuid4().hex[:8]}"
         strategy = self._strategy(n)
-        pg = placement_group(bundles, strategy=strategy, name=pg_name)
+        # detached, as its actors: an incarnation outlives its scheduler (a restarted one adopts it, or removes it)
+        pg = placement_group(bundles, strategy=strategy, name=pg_name, lifetime="detached")
         rec = _Incarnation(name, job_dir, pg, pg_name, [], [], {})
         try:
             if not pg.wait(self.wait_timeout_s):
@@ -324,7 +414,13 @@ class RayExecutor:
 
     def _start_ranks(self, item: Launch, rec: _Incarnation) -> None:
         n = len(item.devices)
-        opts: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 4, "max_restarts": 0}
+        opts: dict[str, Any] = {
+            "num_cpus": 0,
+            "max_concurrency": 4,
+            "max_restarts": 0,
+            "lifetime": "detached",
+            "namespace": RAY_NAMESPACE,
+        }
         if self._ray_gpus:
             opts["num_gpus"] = 1
         else:
@@ -332,7 +428,9 @@ class RayExecutor:
         for rank in range(n):
             strategy = PlacementGroupSchedulingStrategy(placement_group=rec.pg, placement_group_bundle_index=rank)
             rec.actors.append(
-                self._actor_cls.options(scheduling_strategy=strategy, **opts).remote()  # type: ignore[attr-defined]
+                self._actor_cls.options(  # type: ignore[attr-defined]
+                    scheduling_strategy=strategy, name=f"{rec.pg_name}:r{rank}", **opts
+                ).remote()
             )
         ips = self._get([a.node_ip.remote() for a in rec.actors], rec.name, "start its rank actors")
         master = "127.0.0.1" if len(set(ips)) == 1 else str(ips[0])
@@ -343,6 +441,7 @@ class RayExecutor:
         if command:  # the job contract: the user's command with the contract's environment
             rec.command = True
             (rec.job_dir / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
+            clear_exit_files(rec.job_dir)
             port = int(self._get([rec.actors[0].free_port.remote()], rec.name, "pick a port")[0])
         ranks, _token, _incarnation = rank_commands(
             rec.job_dir,
@@ -360,7 +459,8 @@ class RayExecutor:
         for rank, (actor, rc) in enumerate(zip(rec.actors, ranks, strict=True)):
             args = rc.argv if command else rc.argv[3:]  # the actor runs the packaged worker itself
             log = str(rec.job_dir / f"rank{rank}.log")
-            refs.append(actor.start.remote(args, rc.env, log, self._ray_gpus, self.wait_timeout_s, command))
+            exit_to = (str(rec.job_dir), rank) if command else None
+            refs.append(actor.start.remote(args, rc.env, log, self._ray_gpus, self.wait_timeout_s, command, exit_to))
         if command:
             rec.pids = [int(p) for p in self._get(refs, rec.name, "start its command")]
             rec.runs = {actor.wait_exit.remote(): rank for rank, actor in enumerate(rec.actors)}

@@ -153,13 +153,14 @@ def test_every_backend_in_the_registry_makes_an_executor_of_the_whole_protocol(t
     (``adopt`` included: a backend that cannot adopt says so by returning False)."""
     from oak.runtime.backends import BACKENDS, BackendRequest, make_executor
     from oak.runtime.executor import Executor, LocalExecutor
+    from oak.runtime.incarnations import Incarnations
     from oak.runtime.ray_executor import RayExecutor
     from oak.runtime.slurm_executor import SlurmExecutor
 
     assert set(BACKENDS) == {"local", "ray", "slurm"}
     members = {n for n in Executor.__dict__ if not n.startswith("_")} | set(Executor.__annotations__)
     assert {"launch", "adopt", "state", "request_stop", "kill", "reconcile"} <= members
-    for cls in (LocalExecutor, RayExecutor, SlurmExecutor):
+    for cls in (Incarnations, LocalExecutor, RayExecutor, SlurmExecutor):
         missing = [m for m in members if not hasattr(cls, m) and m not in ("device_kind",)]
         assert not missing, (cls.__name__, missing)
     ex, devices = make_executor("local", BackendRequest("cpu", 3, None, tmp_path))

@@ -387,14 +387,14 @@ def test_local_reconcile_kills_what_is_not_intended(tmp_path: Path) -> None:
 
     ex = LocalExecutor("cpu")
     proc = subprocess.Popen(["sleep", "60"])
-    ex._handles["stray"] = launch.WorkerHandle(tmp_path, [proc], None)
-    ex._handles["ok"] = launch.WorkerHandle(tmp_path, [subprocess.Popen(["sleep", "60"])], None)
+    ex.backend._handles["stray"] = launch.WorkerHandle(tmp_path, [proc], None)  # not launched by the scheduler
+    ex.backend._handles["ok"] = launch.WorkerHandle(tmp_path, [subprocess.Popen(["sleep", "60"])], None)
     issues = ex.reconcile({"ok": (0,), "missing": (1, 2)})
     assert issues == [
         "stray: runs on 1 rank(s) but is not intended; killed",
         "missing: intended on 2 device(s), no process runs it",
     ]
-    assert proc.poll() is not None and "stray" not in ex._handles
+    assert proc.poll() is not None and "stray" not in {n for n, r in ex.backend.list().items() if None in r.codes}
     assert ex.reconcile({"ok": (0, 1)}) == ["ok: intended on 2 device(s), runs 1 rank(s)"]
     ex.shutdown()
 

@@ -167,6 +167,10 @@ class WorkerHandle:
                 with contextlib.suppress(ProcessLookupError):  # exited between poll and signal
                     p.send_signal(sig)
 
+    def send(self, sig: int) -> None:
+        """Send ``sig`` to every live rank (a command rank: its whole process group)."""
+        self._signal(sig)
+
     def request_stop(self) -> None:
         """SIGTERM every live rank and return at once (stop many jobs in parallel, then ``wait`` on each):
         the ranks checkpoint at their next common step boundary and exit 0."""

@@ -193,7 +193,7 @@ def test_a_job_that_finished_while_no_scheduler_ran_shows_its_last_step(tmp_path
     sched = RuntimeScheduler(jobs, make_policy("oak"), run_dir, RuntimeOptions(devices=1, stop_timeout_s=1.0))
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    r = JobRecord("a", arrived=True, step=0, pids=[gone.pid], launched_at_s=5.0, devices=[0], phase="running")
+    r = JobRecord("a", step=0, pids=[gone.pid], launched_at_s=5.0, devices=[0], phase="running")
     sched._reap_orphans([r])
     assert r.done and r.step == 10 and r.state == "done" and r.devices == []
     assert r.phase == "done" and r.history[-1][1:] == ["done", "finished while no scheduler ran"]

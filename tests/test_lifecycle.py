@@ -37,21 +37,32 @@ def test_the_table_covers_every_phase_and_done_is_final() -> None:
 @pytest.mark.parametrize(
     ("fields", "stopping", "expected"),
     [
-        ({}, False, "pending"),
-        ({"arrived": True}, False, "queued"),
-        ({"arrived": True, "retry_at_s": 40.0}, False, "backoff"),
-        ({"arrived": True, "launched_at_s": 3.0}, False, "restoring"),
-        ({"arrived": True, "launched_at_s": 3.0, "ready": True}, False, "running"),
-        ({"arrived": True, "launched_at_s": 3.0, "ready": True, "cancelled": True}, True, "stopping"),
-        ({"arrived": True, "cancelled": True}, False, "cancelled"),
-        ({"arrived": True, "gave_up": "bad input"}, False, "failed"),
-        ({"arrived": True, "done": True, "cancelled": True}, False, "done"),
+        ({}, False, "pending"),  # left only by the arrival event
+        ({"phase": "queued"}, False, "queued"),
+        ({"phase": "queued", "retry_at_s": 40.0}, False, "backoff"),
+        ({"phase": "backoff"}, False, "queued"),  # its back-off ended
+        ({"phase": "queued", "launched_at_s": 3.0}, False, "restoring"),
+        ({"phase": "restoring", "launched_at_s": 3.0, "ready": True}, False, "running"),
+        ({"phase": "running", "launched_at_s": 3.0, "ready": True, "ending": "cancelled"}, True, "stopping"),
+        ({"phase": "stopping", "ending": "cancelled"}, False, "cancelled"),  # a cancel's stop ended
+        ({"phase": "stopping"}, False, "queued"),  # a move's stop ended
+        ({"phase": "failed", "gave_up": "bad input"}, False, "failed"),  # terminal: left only by a retry
+        ({"phase": "done", "launched_at_s": 3.0}, False, "done"),
+        ({"phase": "cancelled"}, False, "cancelled"),
     ],
 )
-def test_the_phase_is_what_the_records_fields_describe(
-    fields: dict[str, object], stopping: bool, expected: str
-) -> None:
+def test_the_phase_follows_the_current_incarnation(fields: dict[str, object], stopping: bool, expected: str) -> None:
     assert phase_of(JobRecord("j", **fields), stopping=stopping).value == expected  # type: ignore[arg-type]
+
+
+def test_arrived_done_cancelled_and_over_are_read_from_the_phase() -> None:
+    r = JobRecord("j")
+    assert not r.arrived and not r.over and r.state == "queued"
+    r.phase, r.ending = "stopping", "cancelled"
+    assert r.arrived and r.cancelled and r.over and r.state == "cancelled"
+    for phase, over in (("queued", False), ("running", False), ("done", True), ("failed", True)):
+        r = JobRecord("j", phase=phase)
+        assert r.over == over and r.done == (phase == "done") and r.failed == (phase == "failed")
 
 
 def test_enter_records_valid_transitions_and_refuses_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,7 +81,7 @@ def test_enter_records_valid_transitions_and_refuses_the_others(monkeypatch: pyt
 
 
 def test_the_history_keeps_its_newest_entries() -> None:
-    r = JobRecord("j", arrived=True, phase="queued")
+    r = JobRecord("j", phase="queued")
     for k in range(HISTORY_KEPT + 30):
         enter(r, JobPhase.RESTORING, 2.0 * k, f"launch {k}")
         enter(r, JobPhase.QUEUED, 2.0 * k + 1, f"failure {k}")
@@ -82,7 +93,14 @@ def test_the_history_keeps_its_newest_entries() -> None:
 
 
 def test_a_record_committed_before_the_lifecycle_gets_the_phase_its_fields_describe() -> None:
-    old = asdict(JobRecord("j", arrived=True, launched_at_s=4.0, ready=True))
-    del old["phase"], old["history"]
-    r = JobRecord.from_json(json.dumps(old))
-    assert r.phase == "running" and r.history == []
+    old = asdict(JobRecord("j", launched_at_s=4.0, ready=True))
+    del old["phase"], old["history"], old["ending"]
+    r = JobRecord.from_json(json.dumps({**old, "arrived": True, "done": False, "cancelled": False}))
+    assert r.phase == "running" and r.history == [] and r.arrived and not r.over
+    r = JobRecord.from_json(json.dumps({**old, "arrived": True, "done": True, "cancelled": False}))
+    assert r.phase == "done"
+    # committed while the flags held the state beside a phase: a cancel's stop in flight stays one
+    flagged = asdict(JobRecord("j", launched_at_s=4.0, ready=True, phase="stopping"))
+    del flagged["ending"]
+    r = JobRecord.from_json(json.dumps({**flagged, "arrived": True, "done": False, "cancelled": True}))
+    assert r.phase == "stopping" and r.ending == "cancelled" and r.cancelled

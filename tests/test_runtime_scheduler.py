@@ -127,7 +127,7 @@ def test_scheduler_sigkill_resumes_every_job(tmp_path: Path) -> None:
                     recs = [json.loads(r) for (r,) in con.execute("SELECT record FROM jobs")]
             except sqlite3.OperationalError:
                 continue
-            if len(recs) == 2 and all(r["step"] > 0 or r["done"] for r in recs):
+            if len(recs) == 2 and all(r["step"] > 0 or r["phase"] == "done" for r in recs):
                 break
     assert first.poll() is None, "the scheduler ended before it could be killed"
     os.kill(first.pid, signal.SIGKILL)

@@ -1,10 +1,12 @@
 """A runtime job's lifecycle: its phases, the transitions between them that are valid, and its history.
 
-The scheduler keeps what it knows of a job in its record's fields (arrived, launched, ready, stopping, done,
-gave up, cancelled, backing off); :func:`phase_of` reads the job's phase from them, and the scheduler
-records every change of phase with its run-clock time and its reason (:func:`enter`) at the event that
-caused it — so ``oak status --json`` shows each job's history (``JobRecord.history``, the newest
-``HISTORY_KEPT`` entries). A change that the table :data:`TRANSITIONS` does not allow is a defect of the
+A job's phase is the one record of where it stands (``JobRecord.phase``; its ``arrived``, ``done``,
+``failed``, ``cancelled`` and ``over`` are read from it). The scheduler enters a phase at the event that
+causes it (:func:`enter`, with its run-clock time and reason): arrival, finishing, giving up, a cancel, a
+retry. What follows from the job's current incarnation — launched (restoring), past the step it resumed from
+(running), asked to stop (stopping), ended (queued, or backing off) — is read from that incarnation's facts by
+:func:`phase_of`. Every change is in the job's history (``JobRecord.history``, the newest ``HISTORY_KEPT``
+entries), which ``oak status --json`` shows. A change that the table :data:`TRANSITIONS` does not allow is a defect of the
 scheduler: with ``OAK_LIFECYCLE_STRICT=1`` in the environment (the test suite sets it) it raises
 :class:`InvalidTransition`; otherwise it is recorded with the reason marked ``unexpected``, never fatal to a
 running service.
@@ -81,19 +83,39 @@ class InvalidTransition(RuntimeError):
     """A change of phase that :data:`TRANSITIONS` does not allow (raised under ``OAK_LIFECYCLE_STRICT=1``)."""
 
 
+TERMINAL = frozenset({P.DONE, P.FAILED, P.CANCELLED})
+
+
 def phase_of(r: JobRecord, *, stopping: bool = False) -> JobPhase:
-    """The phase the record's fields describe (``stopping``: a stop of its incarnation is in flight)."""
+    """The phase the job's current incarnation puts it in (``stopping``: a stop of it is in flight). Pending
+    and the phases a job ends in are left only by an event that enters another (arrival, ``oak retry``); a
+    stop for a cancel ends in cancelled."""
+    current = P(r.phase)
     if stopping:
         return P.STOPPING
-    if r.done:
+    if current is P.PENDING or current in TERMINAL:
+        return current
+    if r.ending == P.CANCELLED:
+        return P.CANCELLED
+    if r.launched_at_s is not None:
+        return P.RUNNING if r.ready else P.RESTORING
+    if r.retry_at_s > 0:
+        return P.BACKOFF
+    return P.QUEUED
+
+
+def legacy_phase(r: JobRecord, *, arrived: bool = False, done: bool = False, cancelled: bool = False) -> JobPhase:
+    """The phase of a record committed when flags held the job's state (``arrived``, ``done``,
+    ``cancelled``) and it had none."""
+    if done:
         return P.DONE
-    if r.cancelled:
+    if cancelled:
         return P.CANCELLED
     if r.gave_up is not None:
         return P.FAILED
     if r.launched_at_s is not None:
         return P.RUNNING if r.ready else P.RESTORING
-    if not r.arrived:
+    if not arrived:
         return P.PENDING
     if r.retry_at_s > 0:
         return P.BACKOFF

@@ -59,7 +59,7 @@ from oak.runtime.frontend import Inbox, Publisher
 from oak.runtime.jobs_file import JobsFile, RuntimeJob, job_from_dict, job_to_dict
 from oak.runtime.launch import log_tail, read_status
 from oak.runtime.learned import LearnedGoodput
-from oak.runtime.lifecycle import enter, phase_of
+from oak.runtime.lifecycle import JobPhase, enter, phase_of
 from oak.runtime.procs import gone, is_rank_of, ranks_under, read_exit_status, wait_gone
 from oak.runtime.store import JobRecord, RunStore
 from oak.workloads import Workload
@@ -320,8 +320,7 @@ class RuntimeScheduler:
             self._due = True
         for j, r in zip(self.jobs, records, strict=True):
             if not r.arrived and j.submit_s <= now:
-                r.arrived = True
-                self._settle(r, now, "arrived")
+                enter(r, JobPhase.QUEUED, now, "arrived")
                 self._due = True
             if r.retry_at_s and now >= r.retry_at_s:  # a back-off ended: the job may be placed again
                 r.retry_at_s = 0.0
@@ -355,6 +354,11 @@ class RuntimeScheduler:
         self.store.save(changing, {"last_tick_s": now})
         if self.publisher is not None:
             self.publisher.publish(self, now)
+
+    def _finish(self, r: JobRecord, now: float, why: str) -> None:
+        """The job reached its target: done (a stop in flight for a cancel notwithstanding)."""
+        r.finish_s, r.ending = now, ""
+        enter(r, JobPhase.DONE, now, why)
 
     def _settle(self, r: JobRecord, now: float, why: str) -> None:
         """Record the job's change of phase, if its fields describe a new one, with the event's reason
@@ -396,10 +400,12 @@ class RuntimeScheduler:
         results = self.executor.stop([self.names[i] for i in running], self.opts.stop_timeout_s)
         for i in running:
             r = records[i]
+            self._live.stopping.pop(i, None)  # every stop ended here (stop waits, then kills)
             self._release(self.jobs[i], r)
+            why = f"the scheduler shut down: {results.get(self.names[i], 'stopped')}"
             if results.get(self.names[i]) == "done":
-                r.done, r.finish_s = True, now
-            self._settle(r, now, f"the scheduler shut down: {results.get(self.names[i], 'stopped')}")
+                self._finish(r, now, why)
+            self._settle(r, now, why)
 
     def _check_state_intact(self, meta: dict[str, Any]) -> None:
         """Refuse to begin a new run in a directory whose earlier run's state is gone: its marker
@@ -445,9 +451,9 @@ class RuntimeScheduler:
             records = [saved.get(n, JobRecord(n)) for n in self.names]
             self._resume_running(records)
             for r in records:
-                if self.opts.retry_failed and r.gave_up is not None:
+                if self.opts.retry_failed and r.failed:
                     r.gave_up, r.fail_streak, r.retry_at_s = None, 0, 0.0
-                    self._settle(r, self.clock.time() - self._start_wall, "--retry-failed")
+                    enter(r, JobPhase.QUEUED, self.clock.time() - self._start_wall, "--retry-failed")
             self.store.save(records, {"resumed": int(meta.get("resumed", 0)) + 1})
             return records, float(meta["start_wall"])
         records = [JobRecord(n) for n in self.names]
@@ -519,8 +525,8 @@ class RuntimeScheduler:
             if r.pids and r.name not in followed:
                 job_dir = self.job_dir(job)
                 done = finished.get(r.name, False) if job.is_command else (job_dir / "done").is_file()
-                if done and not r.done:  # finished while no scheduler ran: its last status has its final step
-                    r.done = True
+                finished_now = done and not r.over
+                if finished_now:  # finished while no scheduler ran: its last status has its final step
                     r.finish_s = r.finish_s if r.finish_s is not None else r.launched_at_s
                     status = read_status(job_dir) or {}
                     with contextlib.suppress(TypeError, ValueError):
@@ -529,7 +535,9 @@ class RuntimeScheduler:
                         r.step = max(r.step, self._target(job, r))
                 r.unplace()
                 t = self.clock.time() - self._start_wall
-                self._settle(r, t, "finished while no scheduler ran" if r.done else "stopped by a restarted scheduler")
+                if finished_now:
+                    enter(r, JobPhase.DONE, t, "finished while no scheduler ran")
+                self._settle(r, t, "stopped by a restarted scheduler")
 
     @staticmethod
     def _in_kept(pid: int, kept: set[int]) -> bool:
@@ -618,9 +626,8 @@ class RuntimeScheduler:
                 self._live.heard.pop(job.name, None)
                 r.step = max(r.step, self._target(job, r)) if job.is_command else job.target_steps
                 r.unplace()
-                r.done, r.finish_s = True, now
                 r.fail_streak = 0
-                self._settle(r, now, f"finished at step {r.step}")
+                self._finish(r, now, f"finished at step {r.step}")
                 changed = True
             elif state == "stopped":
                 self.executor.kill(job.name)
@@ -707,6 +714,8 @@ class RuntimeScheduler:
             r.gave_up = f"{r.fail_streak} failures in a row without progress; last: {why}"
         elif r.fail_streak and not advanced:
             r.retry_at_s = now + min(self.opts.retry_backoff_s * 2 ** (r.fail_streak - 1), MAX_BACKOFF_S)
+        if r.gave_up is not None:
+            enter(r, JobPhase.FAILED, now, r.gave_up)
 
     def _target(self, job: RuntimeJob, r: JobRecord) -> int:
         """Steps to completion: the jobs file's, else what the job reported (0: unknown)."""
@@ -909,11 +918,12 @@ class RuntimeScheduler:
         r = self.records[i]
         if r.over:
             raise OakInputError(f"job {name!r} is already {r.state}")
-        r.cancelled = True
         r.finish_s = now
-        if r.launched_at_s is not None:  # stopped with a checkpoint, as at any stop
+        if r.launched_at_s is not None:  # stopped with a checkpoint, as at any stop: cancelled once it exited
+            r.ending = JobPhase.CANCELLED
             self.request_stops([i], self.records, now)  # commits the record before it signals the job
-        self._settle(r, now, "cancelled")
+        else:
+            enter(r, JobPhase.CANCELLED, now, "cancelled")
         self.store.save([r])
 
     def retry(self, name: str, now: float) -> None:
@@ -925,10 +935,10 @@ class RuntimeScheduler:
             raise OakInputError(f"job {name!r} is {r.state}; only a failed or cancelled job can be retried")
         if i in self._live.stopping:
             raise OakInputError(f"job {name!r} is still stopping; retry it once it has exited")
-        r.gave_up, r.cancelled, r.fail_streak, r.retry_at_s, r.finish_s = None, False, 0, 0.0, None
+        r.gave_up, r.ending, r.fail_streak, r.retry_at_s, r.finish_s = None, "", 0, 0.0, None
         self._live.committed_over.discard(name)
         self.failure_notes.pop(name, None)
-        self._settle(r, now, "retried")
+        enter(r, JobPhase.QUEUED if self.jobs[i].submit_s <= now else JobPhase.PENDING, now, "retried")
         self.store.save([r])
 
     def _advance_stops(self, records: list[JobRecord], now: float) -> bool:
@@ -948,7 +958,7 @@ class RuntimeScheduler:
             self.executor.kill(job.name)
             self._release(job, r)
             if state == "done" and not r.over:
-                r.done, r.finish_s = True, now
+                self._finish(r, now, "finished while stopping")
             elif state == "failed":
                 r.failures += 1
             why = {"done": "finished while stopping", "failed": "failed while stopping"}.get(str(state), "stopped")

@@ -40,8 +40,6 @@ class JobRecord:
     this run-clock time (the back-off after such a failure)."""
 
     name: str
-    arrived: bool = False
-    done: bool = False
     finish_s: float | None = None
     step: int = 0
     t_progress_s: float = 0.0
@@ -65,7 +63,6 @@ class JobRecord:
     gave_up: str | None = None
     fail_streak: int = 0
     retry_at_s: float = 0.0
-    cancelled: bool = False
     total_steps: int = 0
     batch_size: int = 0
     steplog: dict[str, Any] = field(default_factory=dict)
@@ -73,19 +70,42 @@ class JobRecord:
     silent: bool = False
     resume_step: int = 0
     adopted: int = 0
+    """Times a restarted scheduler adopted the job's running incarnation instead of restarting it."""
     stop_asked_s: float | None = None
-    phase: str = "pending"
-    """Its :class:`~oak.runtime.lifecycle.JobPhase` (``lifecycle.phase_of`` of these fields), and ``history``:
-    each change of phase as [run-clock time, phase, reason], the newest ``lifecycle.HISTORY_KEPT``."""
-    history: list[list[Any]] = field(default_factory=list)
     """When a stop (SIGTERM: checkpoint and exit) was asked of the current incarnation; committed before the
     signal is sent, so that a restarted scheduler knows the incarnation was ending on request."""
-    """Times a restarted scheduler adopted the job's running incarnation instead of restarting it."""
+    phase: str = "pending"
+    """Its :class:`~oak.runtime.lifecycle.JobPhase`: where the job stands, the one record of it (arrived,
+    finished, failed for good, cancelled are read from it); ``history``: each change of phase as [run-clock
+    time, phase, reason], the newest ``lifecycle.HISTORY_KEPT``."""
+    history: list[list[Any]] = field(default_factory=list)
+    ending: str = ""
+    """The phase a stop in flight ends in once the job has exited: ``cancelled`` for a cancel, else empty (the
+    job is queued again, or done or failed as its exit says)."""
+
+    @property
+    def arrived(self) -> bool:
+        """Its submit time has come (it left ``pending``)."""
+        return self.phase != "pending"
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    @property
+    def cancelled(self) -> bool:
+        """Cancelled, or being stopped for a cancel."""
+        return self.phase == "cancelled" or self.ending == "cancelled"
+
+    @property
+    def failed(self) -> bool:
+        """Failed for good (``gave_up`` says why)."""
+        return self.phase == "failed"
 
     @property
     def over(self) -> bool:
-        """Finished, failed for good (``gave_up`` holds why) or cancelled: the scheduler places it no more."""
-        return self.done or self.gave_up is not None or self.cancelled
+        """Finished, failed for good or cancelled: the scheduler places it no more."""
+        return self.done or self.failed or self.cancelled
 
     @property
     def state(self) -> str:
@@ -94,7 +114,7 @@ class JobRecord:
             return "done"
         if self.cancelled:
             return "cancelled"
-        if self.gave_up is not None:
+        if self.failed:
             return "failed"
         if self.launched_at_s is not None:
             return "running" if self.ready else "restoring"
@@ -108,11 +128,15 @@ class JobRecord:
     @classmethod
     def from_json(cls, text: str) -> JobRecord:
         fields = json.loads(text)
+        # committed when the record's flags held its state: its phase is what they describe
+        flags = {k: bool(fields.pop(k)) for k in ("arrived", "done", "cancelled") if k in fields}
         r = cls(**fields)
-        if "phase" not in fields:  # committed before records had a lifecycle: the phase its fields describe
-            from oak.runtime.lifecycle import phase_of
+        if "phase" not in fields:
+            from oak.runtime.lifecycle import legacy_phase
 
-            r.phase = phase_of(r).value
+            r.phase = legacy_phase(r, **flags).value
+        elif flags.get("cancelled") and r.phase == "stopping":
+            r.ending = "cancelled"
         return r
 
 

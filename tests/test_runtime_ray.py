@@ -162,9 +162,9 @@ def test_reconcile_reports_and_removes_what_is_not_intended(tmp_path: Path) -> N
         assert len(_live_groups()) == 2
         issues = executor.reconcile({"y": (1,)})
         text = "\n".join(issues)
-        assert "x: Ray runs it on 1 bundle(s) but the scheduler does not intend it" in text
+        assert "x: runs on 1 rank(s) but is not intended; killed" in text
         assert "ghost: placement group oak:" in text and "removed" in text
-        assert "y: intended on 1 device(s), Ray runs none" in text
+        assert "y: intended on 1 device(s), no process runs it" in text
         assert len(issues) == 3, issues
         assert executor.state("x") is None
         assert _wait_for(lambda: _live_groups() == [], 10.0)

@@ -17,8 +17,11 @@ Placement groups and rank actors are detached and named (``oak:<run tag>:<job>:<
 restarted scheduler of the same run adopts it (:meth:`RayExecutor.adopt`) or removes it.
 
 Every wait is bounded: the reservation (``pg.wait``), actor start, worker start, stop and kill.
-A job is ``failed`` when a rank exits non-zero, or its actor dies (``ray.kill``, a crash, node loss);
-``done`` when every rank exits 0 and the ``done`` marker exists; ``stopped`` when they exit 0 without it.
+:class:`RayBackend` launches, kills (a signal to every rank's worker through its actor; SIGKILL also removes
+the actors and the group) and lists (each rank's exit status; a rank whose actor died — ``ray.kill``, a crash,
+node loss — has the pseudo status ``_DIED``); :class:`RayExecutor` is the incarnation layer
+(:mod:`oak.runtime.incarnations`) over it, so a job is done, stopped or failed by the same rule as on any
+backend.
 
 :meth:`RayExecutor.reconcile` compares the scheduler's intended allocation with what Ray runs (this run's
 placement groups in ``placement_group_table``, the executor's live rank actors), reports each discrepancy and
@@ -35,15 +38,15 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from oak.errors import OakInputError
-from oak.runtime.executor import JobState, Launch, classify, job_spec
-from oak.runtime.launch import CHECKPOINT_SUBDIR, DONE_FILE, rank_commands, read_status, spawn_rank
+from oak.runtime.executor import Launch, job_spec
+from oak.runtime.incarnations import Incarnations, Ranks
+from oak.runtime.launch import CHECKPOINT_SUBDIR, rank_commands, spawn_rank
 from oak.runtime.procs import clear_exit_files, die_with_parent, write_exit_status
 
 try:
@@ -191,10 +194,7 @@ class _Incarnation:
     pids: list[int]
     runs: dict[Any, int]  # ObjectRef of wait_exit → rank
     codes: dict[int, int] = field(default_factory=dict)
-    final: JobState | None = None
     released: bool = False
-    command: bool = False
-    stop_requested: bool = False
 
 
 def _check_reachable(address: str, timeout_s: float) -> None:
@@ -219,8 +219,9 @@ def _cuda_gpus() -> int:
     return int(torch.cuda.device_count())
 
 
-class RayExecutor:
-    """Runs each job's ranks as Ray actors in one placement group per incarnation (see the module doc).
+class RayBackend:
+    """Runs each job's ranks as Ray actors in one placement group per incarnation (see the module doc): a
+    :class:`~oak.runtime.incarnations.Backend` (launch, kill, list) that can adopt.
 
     ``address``: a running cluster (``HOST:6379``, ``auto``); None starts a local Ray that declares the
     ``devices`` slots (``oak_slot`` for CPU slots; for GPUs the CUDA GPUs this machine shows). ``devices``
@@ -292,7 +293,7 @@ class RayExecutor:
                 asked = "--gpus auto" if devices is None else f"the {devices} devices asked for"
                 raise OakInputError(f"Ray cluster has {have:g} {self.resource!r} in all, fewer than {asked}; " + how)
         except BaseException:
-            self.shutdown()
+            self.close()
             raise
         self._actor_cls = ray.remote(_RankActor)
 
@@ -355,7 +356,7 @@ class RayExecutor:
             return None
         pg = PlacementGroup(_RAY.PlacementGroupID.from_hex(pg_id))
         runs = {actor.wait_exit.remote(): rank for rank, actor in enumerate(actors)}
-        return _Incarnation(item.job.name, job_dir, pg, pg_name, actors, list(pids), runs, command=item.job.is_command)
+        return _Incarnation(item.job.name, job_dir, pg, pg_name, actors, list(pids), runs)
 
     def _remove_group(self, pg_name: str, pg_id: str, bundles: int) -> None:
         """Remove a stale placement group of this run: SIGTERM to its ranks (a checkpoint, as at any stop),
@@ -378,8 +379,9 @@ class RayExecutor:
 
     def launch(self, item: Launch) -> None:
         name = item.job.name
-        if name in self._jobs:
-            raise RuntimeError(f"job {name!r} is already running")
+        old = self._jobs.pop(name, None)
+        if old is not None:  # its previous incarnation (ended): what is left of it goes
+            self._release(old, hard=True)
         n = len(item.devices)
         if n < 1:
             raise OakInputError(f"job {name!r}: launched on no devices")
@@ -439,7 +441,6 @@ class RayExecutor:
         command = item.job.is_command
         port = None
         if command:  # the job contract: the user's command with the contract's environment
-            rec.command = True
             (rec.job_dir / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
             clear_exit_files(rec.job_dir)
             port = int(self._get([rec.actors[0].free_port.remote()], rec.name, "pick a port")[0])
@@ -476,96 +477,24 @@ class RayExecutor:
         except RayError as exc:
             raise RuntimeError(f"job {name!r}: Ray could not {what}: {exc}") from exc
 
-    # ------------------------------------------------------------------ observe
-    def _poll(self, rec: _Incarnation, timeout_s: float = 0.0) -> None:
-        """Collect the exit codes of ranks that ended (waiting up to ``timeout_s`` s for all of them)."""
-        pending = [ref for ref, rank in rec.runs.items() if rank not in rec.codes]
-        if not pending:
+    # ------------------------------------------------------------------ list and kill
+    def kill(self, name: str, sig: int) -> None:
+        """SIGTERM: every rank's worker, through its actor; SIGKILL: the workers, then the actors and the
+        placement group (the incarnation stays listed, with its exit statuses)."""
+        rec = self._jobs.get(name)
+        if rec is None:
             return
-        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=max(0.0, timeout_s))
-        for ref in ready:
-            rank = rec.runs[ref]
-            try:
-                rec.codes[rank] = int(ray.get(ref, timeout=self.wait_timeout_s))
-            except (RayError, GetTimeoutError):  # actor killed, crashed or its node lost
-                rec.codes[rank] = _DIED
-
-    def _outcome(self, rec: _Incarnation) -> JobState:
-        return classify(
-            [rec.codes.get(rank) for rank in range(len(rec.actors))],
-            command=rec.command,
-            stop_requested=rec.stop_requested,
-            done_marker=(rec.job_dir / DONE_FILE).is_file(),
-        )
-
-    def state(self, name: str) -> JobState | None:
-        rec = self._jobs.get(name)
-        if rec is None:
-            return None
-        if rec.final is not None:
-            return rec.final
-        self._poll(rec)
-        outcome = self._outcome(rec)
-        if outcome != "running":
-            rec.final = outcome
-            self._release(rec, hard=outcome == "failed")  # reap the surviving peers of a dead rank
-        return outcome
-
-    def status(self, name: str) -> dict[str, Any] | None:
-        rec = self._jobs.get(name)
-        if rec is None:
-            return None
-        return read_status(rec.job_dir)
-
-    def pids(self, name: str) -> list[int]:
-        rec = self._jobs.get(name)
-        return [] if rec is None else list(rec.pids)
-
-    def exit_codes(self, name: str) -> list[int | None]:
-        rec = self._jobs.get(name)
-        return [] if rec is None else [rec.codes.get(rank) for rank in range(len(rec.actors))]
-
-    def unreaped(self, name: str) -> list[int]:
-        return []  # a rank that outlives its actor dies with it (PR_SET_PDEATHSIG); Ray reaps the actor
+        if sig == signal.SIGKILL:
+            self._release(rec, hard=True)
+            return
+        for actor in rec.actors:
+            with contextlib.suppress(RayError):
+                actor.send.remote(sig)
 
     def actors(self, name: str) -> list[Any]:
         """The rank actors of a running job, rank 0 first (for failure injection)."""
         rec = self._jobs.get(name)
-        return [] if rec is None else list(rec.actors)
-
-    # ------------------------------------------------------------------ stop and kill
-    def request_stop(self, names: list[str]) -> None:
-        """SIGTERM every rank of the named jobs (once) and return."""
-        for n in names:
-            rec = self._jobs.get(n)
-            if rec is not None and rec.final is None and not rec.stop_requested:
-                rec.stop_requested = True
-                for actor in rec.actors:
-                    actor.send.remote(signal.SIGTERM)
-
-    def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
-        """SIGTERM every rank of the named jobs at once, wait up to ``timeout_s`` s for their checkpoints,
-        SIGKILL the rest; the placement groups are removed in every case."""
-        recs = {n: self._jobs[n] for n in names if n in self._jobs}
-        self.request_stop(list(recs))
-        deadline = time.monotonic() + timeout_s
-        out: dict[str, JobState] = {}
-        for name, rec in recs.items():
-            if rec.final is None:
-                self._poll(rec, deadline - time.monotonic())
-                outcome = self._outcome(rec)
-                rec.final = "failed" if outcome == "running" else outcome  # past the timeout: SIGKILLed
-            out[name] = rec.final
-            self._release(rec, hard=True)
-            del self._jobs[name]
-        return out
-
-    def kill(self, name: str) -> None:
-        """Failure injection (and clean-up of a finished job): SIGKILL its workers, kill its actors, remove
-        its placement group."""
-        rec = self._jobs.pop(name, None)
-        if rec is not None:
-            self._release(rec, hard=True)
+        return [] if rec is None or rec.released else list(rec.actors)
 
     def _release(self, rec: _Incarnation, *, hard: bool) -> None:
         """Kill the workers still running (``hard``), the actors and the placement group (idempotent)."""
@@ -575,6 +504,7 @@ class RayExecutor:
             refs = [a.kill_worker.remote(KILL_WAIT_S) for a in rec.actors]
             with contextlib.suppress(RayError):
                 ray.wait(refs, num_returns=len(refs), timeout=KILL_WAIT_S + 2.0)
+            self.list()  # their exit statuses, before the actors go
         for actor in rec.actors:
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
@@ -582,9 +512,10 @@ class RayExecutor:
             remove_placement_group(rec.pg)
         rec.released = True
 
-    def shutdown(self) -> None:
-        for name in list(self._jobs):
-            self.kill(name)
+    def close(self) -> None:
+        """Release every incarnation, and the local Ray this backend started."""
+        for rec in list(self._jobs.values()):
+            self._release(rec, hard=True)
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
         self._started_ray = False
@@ -602,21 +533,13 @@ class RayExecutor:
             if str(info.get("name", "")).startswith(prefix) and info.get("state") != "REMOVED"
         }
 
-    def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
-        """Compare the scheduler's intended allocation (job → device ids; jobs without devices are ignored)
-        with what Ray runs for this run; returns the discrepancies and removes what runs but is not intended:
-        this executor's jobs outside ``intended`` and this run's placement groups it does not own (e.g. left by
-        a lost handle). Intended jobs that Ray does not run are reported, not acted on (``state`` reports
-        them failed)."""
-        want = {n: len(d) for n, d in intended.items() if d}
+    def group_issues(self, intended: dict[str, tuple[int, ...]], live: set[str]) -> list[str]:
+        """Ray's side of a reconciliation: this run's placement groups that no ``live`` incarnation owns are
+        removed (left by a lost handle); an intended live job whose group is not ``CREATED`` or whose rank
+        actors died is reported."""
         issues: list[str] = []
-        for name in sorted(set(self._jobs) - set(want)):
-            issues.append(
-                f"{name}: Ray runs it on {len(self._jobs[name].actors)} bundle(s) but the scheduler does not intend it"
-            )
-            self.kill(name)
         groups = self._run_groups()
-        owned = {r.pg.id.hex() for r in self._jobs.values()}
+        owned = {r.pg.id.hex() for n, r in self._jobs.items() if n in live and not r.released}
         for pid, row in sorted(groups.items()):
             if pid in owned:
                 continue
@@ -628,20 +551,70 @@ class RayExecutor:
             )
             with contextlib.suppress(Exception):
                 remove_placement_group(PlacementGroup(_RAY.PlacementGroupID.from_hex(pid)))
-        for name, count in sorted(want.items()):
+        listed = self.list()
+        for name in sorted(set(intended) & live):
             rec = self._jobs.get(name)
-            if rec is None:
-                issues.append(f"{name}: intended on {count} device(s), Ray runs none")
+            if rec is None or rec.released or None not in listed[name].codes:
                 continue
-            if len(rec.actors) != count:
-                issues.append(f"{name}: intended on {count} device(s), Ray runs {len(rec.actors)} rank(s)")
             info = groups.get(rec.pg.id.hex())
             pg_state = "REMOVED" if info is None else str(info.get("state"))
-            if rec.final is None and pg_state != "CREATED":
+            if pg_state != "CREATED":
                 issues.append(f"{name}: its placement group is {pg_state}")
-            if rec.final is None:
-                self._poll(rec)
-                died = sorted(r for r, c in rec.codes.items() if c == _DIED)
-                if died:
-                    issues.append(f"{name}: rank actor(s) {died} died")
+            died = sorted(r for r, c in rec.codes.items() if c == _DIED)
+            if died:
+                issues.append(f"{name}: rank actor(s) {died} died")
         return issues
+
+    # (last in the class: its name would hide the builtin in the annotations below it)
+    def list(self) -> dict[str, Ranks]:
+        """Every job's latest incarnation: its worker pids and the exit statuses of the ranks that ended (a rank
+        whose actor died: ``_DIED``), all collected in one wait."""
+        pending = {ref: rec for rec in self._jobs.values() for ref, rank in rec.runs.items() if rank not in rec.codes}
+        if pending:
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            for ref in ready:
+                rec = pending[ref]
+                try:
+                    rec.codes[rec.runs[ref]] = int(ray.get(ref, timeout=self.wait_timeout_s))
+                except (RayError, GetTimeoutError):  # actor killed, crashed or its node lost
+                    rec.codes[rec.runs[ref]] = _DIED
+        return {
+            name: Ranks(tuple(rec.pids), tuple(rec.codes.get(rank) for rank in range(len(rec.actors))))
+            for name, rec in self._jobs.items()
+        }
+
+
+class RayExecutor(Incarnations):
+    """The scheduler's executor on Ray: the incarnation layer over :class:`RayBackend` (arguments as there),
+    its reconciliation extended with Ray's placement groups."""
+
+    backend: RayBackend
+
+    def __init__(
+        self,
+        address: str | None,
+        device_kind: str,
+        devices: int | None,
+        *,
+        wait_timeout_s: float = 60.0,
+        ray_init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            RayBackend(address, device_kind, devices, wait_timeout_s=wait_timeout_s, ray_init_kwargs=ray_init_kwargs)
+        )
+
+    @property
+    def devices(self) -> int:
+        """The devices of the run (``--gpus auto``: the cluster's GPUs, counted once Ray was up)."""
+        return self.backend.devices
+
+    def actors(self, name: str) -> list[Any]:
+        return self.backend.actors(name) if name in self._live else []
+
+    def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
+        issues = super().reconcile(intended)
+        return issues + self.backend.group_issues(intended, set(self._live))
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self.backend.close()

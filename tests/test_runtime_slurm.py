@@ -369,29 +369,27 @@ def test_a_job_slurm_cannot_start_fails_its_launch_with_its_output(tmp_path: Pat
     assert ex.state("x") is None and _active_of(tmp_path / "run") == {}
 
 
-def test_a_command_job_gets_the_contract_and_its_own_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The executor runs a job's own command (``CommandSpec``) once the scheduler hands it one (``_spec``)."""
-    from oak.runtime import slurm_executor
-    from oak.runtime.launch import CommandSpec
+def test_a_command_job_gets_the_contract_and_its_own_port(tmp_path: Path) -> None:
+    """The executor runs a job's own command (the job contract) on its ranks, with one port picked on the node."""
+    import dataclasses
 
     code = (
         "import os; print('contract', os.environ['OAK_RANK'], os.environ['OAK_WORLD_SIZE'], os.environ['MASTER_PORT'])"
     )
-    spec = CommandSpec(command=(sys.executable, "-c", code))
-    monkeypatch.setattr(slurm_executor, "_spec", lambda item: spec)
+    job = dataclasses.replace(_jobs(LONG)["x"], model="", command=(sys.executable, "-c", code))
     ex = SlurmExecutor("cpu", 2, run_dir=tmp_path / "run")
     job_dir = tmp_path / "run" / "jobs" / "x"
     try:
-        ex.launch(Launch(_jobs(LONG)["x"], job_dir, (0, 1), 0))
+        ex.launch(Launch(job, job_dir, (0, 1), 0))
         assert _wait_for(lambda: ex.state("x") == "done", 30)  # exited 0 unasked: a command's end
         assert ex.exit_codes("x") == [0, 0]
         ex.kill("x")
         lines = [(job_dir / f"rank{r}.log").read_text().splitlines()[-1].split() for r in range(2)]
         assert [line[:3] for line in lines] == [["contract", "0", "2"], ["contract", "1", "2"]]
         assert lines[0][3] == lines[1][3] != "0"  # one port, picked on the node
-        monkeypatch.setattr(slurm_executor, "_spec", lambda item: CommandSpec(command=("/no/such/command",)))
+        bad = dataclasses.replace(job, command=("/no/such/command",))
         with pytest.raises(OakInputError, match=r"job 'x': cannot start its ranks in SLURM job \d+: .*no/such/command"):
-            ex.launch(Launch(_jobs(LONG)["x"], job_dir, (0,), 0))
+            ex.launch(Launch(bad, job_dir, (0,), 0))
         assert _active_of(tmp_path / "run") == {}
     finally:
         ex.shutdown()

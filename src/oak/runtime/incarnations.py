@@ -61,6 +61,9 @@ class Ranks:
 
     pids: tuple[int, ...]
     codes: tuple[int | None, ...]
+    lost: str = ""
+    """Why the backend ended the incarnation apart from its ranks (a node failure, a cluster's cancel): it
+    failed, whatever its ranks' statuses."""
 
 
 class Backend(Protocol):
@@ -81,6 +84,14 @@ class Backend(Protocol):
     def list(self) -> dict[str, Ranks]:
         """Every job's latest incarnation, running or ended (until the job is launched again)."""
         ...
+
+
+@runtime_checkable
+class Reaping(Protocol):
+    """A backend that knows which ranks a SIGKILL did not end (else: the ranks ``list`` shows running after
+    it)."""
+
+    def unreaped(self, name: str) -> list[int]: ...
 
 
 @runtime_checkable
@@ -133,6 +144,9 @@ class Incarnations:
     def _ranks(self, name: str) -> Ranks | None:
         return self.backend.list().get(name) if name in self._live else None
 
+    def _judge(self, inc: _Incarnation, ranks: Ranks) -> JobState:
+        return "failed" if ranks.lost else self._outcome(inc, ranks.codes)
+
     def _outcome(self, inc: _Incarnation, codes: Sequence[int | None]) -> JobState:
         return classify(
             codes,
@@ -148,7 +162,7 @@ class Incarnations:
         ranks = self._ranks(name)
         if ranks is None:
             return "failed"  # the backend lost it
-        outcome = self._outcome(inc, ranks.codes)
+        outcome = self._judge(inc, ranks)
         if outcome == "failed" and None in ranks.codes:
             self.backend.kill(name, signal.SIGKILL)  # reap the surviving peers of a dead rank
         return outcome
@@ -187,7 +201,7 @@ class Incarnations:
             listed = self.backend.list()
             for name in list(waiting):
                 ranks = listed.get(name)
-                if ranks is None or self._outcome(self._live[name], ranks.codes) != "running":
+                if ranks is None or self._judge(self._live[name], ranks) != "running":
                     waiting.remove(name)
             if not waiting or time.monotonic() >= deadline:
                 break
@@ -195,7 +209,7 @@ class Incarnations:
         listed = self.backend.list()
         for name in names:
             ranks = listed.get(name)
-            outcome = "failed" if ranks is None else self._outcome(self._live[name], ranks.codes)
+            outcome = "failed" if ranks is None else self._judge(self._live[name], ranks)
             out[name] = "failed" if outcome == "running" else outcome  # not out in time: SIGKILLed
             self.kill(name)
         return out
@@ -204,8 +218,11 @@ class Incarnations:
         if self._live.pop(name, None) is None:
             return
         self.backend.kill(name, signal.SIGKILL)
-        ranks = self.backend.list().get(name)
-        stuck = [] if ranks is None else [pid for pid, c in zip(ranks.pids, ranks.codes, strict=True) if c is None]
+        if isinstance(self.backend, Reaping):
+            stuck = self.backend.unreaped(name)
+        else:
+            ranks = self.backend.list().get(name)
+            stuck = [] if ranks is None else [p for p, c in zip(ranks.pids, ranks.codes, strict=True) if c is None]
         if stuck:
             self._stuck[name] = stuck
 

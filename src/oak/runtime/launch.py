@@ -367,6 +367,16 @@ def contract_env(
     }
 
 
+def prepare_job_dir(job_dir: Path, command: bool) -> None:
+    """Ready a job's directory for a new incarnation, on every backend: it exists (0700), a command job has
+    its checkpoint directory (the job contract's ``OAK_CHECKPOINT_DIR``), and no rank's exit status of an
+    earlier incarnation is left (what is there once this incarnation's ranks exit is theirs)."""
+    job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if command:
+        (job_dir / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
+    clear_exit_files(job_dir)
+
+
 def rank_commands(
     job_dir: Path,
     spec: WorkerSpec | CommandSpec,
@@ -475,10 +485,8 @@ def start_worker(
         raise OakInputError(f"device_kind must be 'cpu' or 'gpu', got {device_kind!r}")
     if len(set(ids)) != len(ids):
         raise OakInputError(f"duplicate device ids in {ids}")
-    job.mkdir(mode=0o700, parents=True, exist_ok=True)
     command = isinstance(spec, CommandSpec)
-    if command:
-        (job / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
+    prepare_job_dir(job, command)
     ranks, token, incarnation = rank_commands(
         job,
         spec,
@@ -493,7 +501,6 @@ def start_worker(
     )
     base_env = dict(os.environ)
     base_env.update(env or {})
-    clear_exit_files(job)  # what is there once this incarnation's ranks exit is theirs
     procs: list[RankProc] = []
     try:
         for rank, rc in enumerate(ranks):

@@ -46,8 +46,8 @@ from typing import Any
 from oak.errors import OakInputError
 from oak.runtime.executor import Launch, job_spec
 from oak.runtime.incarnations import Incarnations, Ranks
-from oak.runtime.launch import CHECKPOINT_SUBDIR, rank_commands, spawn_rank
-from oak.runtime.procs import clear_exit_files, die_with_parent, write_exit_status
+from oak.runtime.launch import prepare_job_dir, rank_commands, spawn_rank
+from oak.runtime.procs import die_with_parent, write_exit_status
 
 try:
     import ray
@@ -439,10 +439,9 @@ class RayBackend:
         # rank 0 binds a port the OS picks on its node and publishes it in the (shared) job directory under this
         # token: no port is picked here and bound later, so nothing else can take it in between
         command = item.job.is_command
+        prepare_job_dir(rec.job_dir, command)
         port = None
         if command:  # the job contract: the user's command with the contract's environment
-            (rec.job_dir / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
-            clear_exit_files(rec.job_dir)
             port = int(self._get([rec.actors[0].free_port.remote()], rec.name, "pick a port")[0])
         ranks, _token, _incarnation = rank_commands(
             rec.job_dir,
@@ -590,18 +589,8 @@ class RayExecutor(Incarnations):
 
     backend: RayBackend
 
-    def __init__(
-        self,
-        address: str | None,
-        device_kind: str,
-        devices: int | None,
-        *,
-        wait_timeout_s: float = 60.0,
-        ray_init_kwargs: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            RayBackend(address, device_kind, devices, wait_timeout_s=wait_timeout_s, ray_init_kwargs=ray_init_kwargs)
-        )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(RayBackend(*args, **kwargs))
 
     @property
     def devices(self) -> int:

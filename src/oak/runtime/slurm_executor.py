@@ -51,14 +51,14 @@ from typing import Any, Literal
 from oak.errors import OakInputError
 from oak.io_util import write_atomic
 from oak.runtime.executor import JobState, Launch, classify, job_spec
+from oak.runtime.incarnations import Incarnations, Ranks
 from oak.runtime.launch import (
-    CHECKPOINT_SUBDIR,
     DONE_FILE,
     CommandSpec,
     WorkerSpec,
     free_port,
+    prepare_job_dir,
     rank_commands,
-    read_status,
     spawn_rank,
 )
 from oak.runtime.procs import die_with_parent, write_exit_status
@@ -216,15 +216,20 @@ class _Job:
     pids: list[int] = field(default_factory=list)
     host: str = ""
     stop_requested: bool = False
-    final: JobState | None = None
+    verdict: tuple[tuple[int | None, ...], str] | None = None
+    """Once the incarnation has ended: its ranks' exit statuses, and why SLURM failed it apart from them."""
+    ended: bool = False
+    """Killed (``kill`` with SIGKILL): SLURM has ended it, or what is left of it is ``unreaped``."""
     noted: bool = False
     ended_seen_at: float | None = None
     """When SLURM was first seen to have ended the job while some rank's exit file was missing (a shared
     filesystem may show a file written on the compute node only later: ``EXIT_FILE_GRACE_S``)."""
 
 
-class SlurmExecutor:
-    """Runs each job incarnation as one SLURM batch job on one node (see the module doc).
+class SlurmBackend:
+    """Runs each job incarnation as one SLURM batch job on one node (see the module doc): a
+    :class:`~oak.runtime.incarnations.Backend` (launch, kill, list) that can adopt and knows what it could not
+    reap.
 
     ``device_kind``: ``cpu`` (each rank one CPU of the node: ``--cpu-slots``) or ``gpu`` (one GPU each, SLURM's
     ``gres/gpu``). ``devices``: the devices the scheduler owns, checked at once against the largest node of
@@ -381,7 +386,7 @@ class SlurmExecutor:
         """Follow the SLURM job an earlier scheduler of this run submitted for ``item``: an active job of the run
         (its comment names the job and its incarnation) whose supervisor recorded exactly ``pids``."""
         name = item.job.name
-        if name in self._jobs or not pids:
+        if (name in self._jobs and not self._jobs[name].ended) or not pids:
             return False
         job_dir = Path(item.job_dir).resolve()
         tag = run_tag(job_dir.parent.parent)
@@ -409,8 +414,9 @@ class SlurmExecutor:
 
     def launch(self, item: Launch) -> None:
         name = item.job.name
-        if name in self._jobs:
-            raise RuntimeError(f"job {name!r} is already running")
+        old = self._jobs.pop(name, None)
+        if old is not None and not old.ended:  # its previous incarnation: what is left of it goes
+            self._end(old)
         self._stuck.pop(name, None)
         n = len(item.devices)
         if n < 1:
@@ -430,8 +436,7 @@ class SlurmExecutor:
             self._issues += self.adopt_or_cancel_orphans(job_dir.parent.parent)
         spec = _spec(item)
         command = isinstance(spec, CommandSpec)
-        if command:
-            (job_dir / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
+        prepare_job_dir(job_dir, command)
         ranks, _token, incarnation = rank_commands(
             job_dir,
             spec,
@@ -581,92 +586,64 @@ class SlurmExecutor:
         with contextlib.suppress(OSError), open(rec.job_dir / "rank0.log", "a", encoding="utf-8") as fh:
             fh.write(f"oak slurm executor: {text}\n")
 
-    def state(self, name: str) -> JobState | None:
-        rec = self._jobs.get(name)
-        if rec is None:
-            return None
-        if rec.final is not None:
-            return rec.final
-        outcome = self._outcome(rec)
-        if outcome != "running":
-            rec.final = outcome
+    def _ranks(self, rec: _Job) -> Ranks:
+        """What ``list`` shows of one incarnation: its rank exit statuses once SLURM's verdict agrees (a rank
+        that exited while SLURM still ends the job shows as running), and why SLURM failed it, if it did."""
+        if rec.verdict is None:
+            outcome = self._outcome(rec)
+            seen = tuple(self._codes(rec))
+            if outcome == "running":
+                return Ranks(tuple(rec.pids), seen if None in seen else (None,) * len(seen))
+            lost = ""
             if outcome == "failed":
                 row = self._listing.get(rec.job_id)
                 how = f"{row[0]}, reason {row[1]}" if row is not None else "no longer listed"
-                self._note(rec, f"SLURM job {rec.job_id} failed ({how}); rank exit statuses {self._codes(rec)}")
-        return outcome
-
-    def status(self, name: str) -> dict[str, Any] | None:
-        rec = self._jobs.get(name)
-        if rec is None:
-            return None
-        return read_status(rec.job_dir)
-
-    def pids(self, name: str) -> list[int]:
-        rec = self._jobs.get(name)
-        return [] if rec is None else list(rec.pids)
-
-    def exit_codes(self, name: str) -> list[int | None]:
-        rec = self._jobs.get(name)
-        return [] if rec is None else self._codes(rec)
+                self._note(rec, f"SLURM job {rec.job_id} failed ({how}); rank exit statuses {list(seen)}")
+                by_ranks = classify(
+                    seen,
+                    command=rec.command,
+                    stop_requested=rec.stop_requested,
+                    done_marker=(rec.job_dir / DONE_FILE).is_file(),
+                )
+                if by_ranks != "failed":
+                    lost = f"SLURM job {rec.job_id} ended ({how})"
+            rec.verdict = (seen, lost)
+        codes, lost = rec.verdict
+        return Ranks(tuple(rec.pids), codes, lost)
 
     def unreaped(self, name: str) -> list[int]:
         return list(self._stuck.get(name, []))
 
     def job_id(self, name: str) -> str | None:
-        """The SLURM job id of a job's current incarnation (None: not launched here)."""
+        """The SLURM job id of a job's latest incarnation (None: none launched here)."""
         rec = self._jobs.get(name)
         return None if rec is None else rec.job_id
 
-    # ------------------------------------------------------------------ stop and kill
-    def request_stop(self, names: list[str]) -> None:
-        """``scancel --signal=TERM --full`` every named job (once; a job SLURM has not started again is just
-        cancelled: nothing to checkpoint) and return."""
-        recs = [self._jobs[n] for n in names if n in self._jobs]
-        recs = [rec for rec in recs if rec.final is None and not rec.stop_requested]
-        listing = self._refresh(fresh=True) if recs else {}
-        for rec in recs:
+    # ------------------------------------------------------------------ kill
+    def kill(self, name: str, sig: int) -> None:
+        """SIGTERM: ``scancel --signal=TERM --full`` (a job SLURM has not started yet is just cancelled:
+        nothing to checkpoint, it stopped); SIGKILL: every rank without a checkpoint, the job cancelled, and a
+        bounded wait for its end (ranks still alive on this machine after it: ``unreaped``)."""
+        rec = self._jobs.get(name)
+        if rec is None or rec.ended:
+            return
+        if sig == signal.SIGKILL:
+            self._end(rec)
+            rec.ended = True
+            codes, lost = rec.verdict if rec.verdict is not None else (tuple(self._codes(rec)), "")
+            rec.verdict = (tuple(-signal.SIGKILL if c is None else c for c in codes), lost)  # killed here
+            return
+        if rec.verdict is not None:
+            return  # ended already
+        if sig == signal.SIGTERM:
             rec.stop_requested = True
-            if listing.get(rec.job_id, ("",))[0] == "PENDING":
+            if self._refresh(fresh=True).get(rec.job_id, ("",))[0] == "PENDING":
                 self._scancel(rec.job_id)
-                rec.final = "stopped"
+                rec.verdict = ((0,) * rec.world, "")
             else:
                 self._scancel(rec.job_id, "--signal=TERM", "--full")
-
-    def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
-        """``scancel --signal=TERM --full`` every named job at once, wait up to ``timeout_s`` s for their
-        checkpoints, SIGKILL the rest; every job has left SLURM's active states (bounded wait) on return."""
-        recs = {n: self._jobs[n] for n in names if n in self._jobs}
-        self.request_stop(list(recs))
-        deadline = time.monotonic() + timeout_s
-        pending = [rec for rec in recs.values() if rec.final is None]
-        while pending:
-            self._refresh(fresh=True)
-            for rec in list(pending):
-                outcome = self._outcome(rec)
-                if outcome != "running":
-                    rec.final = outcome
-                    pending.remove(rec)
-            if not pending or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
-        for rec in pending:
-            rec.final = "failed"  # past the timeout: SIGKILLed below
-            self._note(rec, f"SLURM job {rec.job_id} did not stop within {timeout_s:g} s of SIGTERM; SIGKILLed")
-        out: dict[str, JobState] = {}
-        for name, rec in recs.items():
-            self._end(rec)
-            assert rec.final is not None
-            out[name] = rec.final
-            del self._jobs[name]
-        return out
-
-    def kill(self, name: str) -> None:
-        """Failure injection (and clean-up of an ended job): ``scancel --signal=KILL --full``, ``scancel``, and
-        a bounded wait for the job's end (ranks still alive on this machine after it: ``unreaped``)."""
-        rec = self._jobs.pop(name, None)
-        if rec is not None:
-            self._end(rec)
+        else:
+            self._scancel(rec.job_id, f"--signal={signal.Signals(sig).name.removeprefix('SIG')}", "--full")
 
     def _end(self, rec: _Job) -> None:
         """SIGKILL whatever still runs of the incarnation (``_hard_kill``) and wait (``KILL_WAIT_S``) until SLURM
@@ -732,10 +709,6 @@ class SlurmExecutor:
             return []
         return [p for p in rec.pids if _alive(p)]
 
-    def shutdown(self) -> None:
-        for name in list(self._jobs):
-            self.kill(name)
-
     # ------------------------------------------------------------------ reconcile and orphans
     def _run_jobs(self, tag: str) -> dict[str, tuple[str, str, str]]:
         """This run's SLURM jobs in an active state: job id → (state, reason, job name)."""
@@ -781,41 +754,71 @@ class SlurmExecutor:
             for job_id, (state, _reason, job) in sorted(orphans.items())
         ]
 
-    def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
-        """Compare the scheduler's intended allocation (job → device ids; jobs without devices are ignored)
-        with what SLURM runs for this run; returns the discrepancies and cancels what runs but is not intended:
-        this executor's jobs outside ``intended`` and this run's SLURM jobs it does not own. Intended jobs that
-        SLURM does not run are reported, not acted on (``state`` reports them failed)."""
-        want = {n: len(d) for n, d in intended.items() if d}
-        issues, self._issues = list(self._issues), []
-        for name in sorted(set(self._jobs) - set(want)):
-            extra = self._jobs[name]
-            issues.append(f"{name}: SLURM job {extra.job_id} runs {extra.world} rank(s) but is not intended; cancelled")
-            self.kill(name)
+    def take_issues(self) -> list[str]:
+        """What happened since the last reconciliation that it should report (orphans cancelled at a launch)."""
+        issues, self._issues = self._issues, []
+        return issues
+
+    def cluster_issues(self, intended: dict[str, tuple[int, ...]], live: set[str]) -> list[str]:
+        """SLURM's side of a reconciliation: an earlier scheduler's jobs of this run are cancelled with a
+        checkpoint (once), this run's SLURM jobs that no ``live`` incarnation owns are cancelled, and an
+        intended live job that SLURM no longer runs, or holds in another state than RUNNING, is reported."""
         if self._tag is None:
-            return issues
+            return []
+        issues: list[str] = []
         if self._tag not in self._swept:  # an earlier scheduler's jobs: stopped with a checkpoint, not killed
             issues += self.adopt_or_cancel_orphans_of_tag(self._tag)
         run = self._run_jobs(self._tag)
-        owned = {rec.job_id: rec for rec in self._jobs.values()}
+        owned = {rec.job_id for n, rec in self._jobs.items() if n in live and not rec.ended}
         strays = {i: row for i, row in run.items() if i not in owned}
         for job_id, (state, _reason, job) in sorted(strays.items()):
             issues.append(f"{job}: SLURM job {job_id} ({state}) is not this scheduler's: cancelled")
         self._cancel_all(strays)
-        for name, count in sorted(want.items()):
-            rec: _Job | None = self._jobs.get(name)
-            if rec is None:
-                issues.append(f"{name}: intended on {count} device(s), SLURM runs none")
+        for name in sorted(set(intended) & live):
+            rec = self._jobs.get(name)
+            if rec is None or rec.ended or rec.verdict is not None or self._ranks(rec).lost:
                 continue
-            if rec.world != count:
-                issues.append(f"{name}: intended on {count} device(s), SLURM job {rec.job_id} runs {rec.world} rank(s)")
-            if rec.final is None and self._outcome(rec) == "running":  # an end is the next state()'s to report
-                row = run.get(rec.job_id)
-                if row is None:
-                    issues.append(f"{name}: SLURM job {rec.job_id} is no longer active")
-                elif row[0] != "RUNNING":
-                    issues.append(f"{name}: SLURM job {rec.job_id} is {row[0]} (reason {row[1]})")
+            if None not in self._ranks(rec).codes:
+                continue  # an end is the next state()'s to report
+            row = run.get(rec.job_id)
+            if row is None:
+                issues.append(f"{name}: SLURM job {rec.job_id} is no longer active")
+            elif row[0] != "RUNNING":
+                issues.append(f"{name}: SLURM job {rec.job_id} is {row[0]} (reason {row[1]})")
         return issues
+
+    # (last in the class: its name would hide the builtin in the annotations below it)
+    def list(self) -> dict[str, Ranks]:
+        """Every job's latest incarnation (one ``squeue`` per ``poll_s`` at most)."""
+        return {name: self._ranks(rec) for name, rec in self._jobs.items()}
+
+
+class SlurmExecutor(Incarnations):
+    """The scheduler's executor on SLURM: the incarnation layer over :class:`SlurmBackend` (arguments as
+    there), its reconciliation extended with SLURM's view of the run's jobs."""
+
+    backend: SlurmBackend
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(SlurmBackend(*args, **kwargs), poll_s=0.1)
+
+    @property
+    def devices(self) -> int:
+        return self.backend.devices
+
+    def job_id(self, name: str) -> str | None:
+        return self.backend.job_id(name)
+
+    def adopt_or_cancel_orphans(self, run_dir: str | Path, grace_s: float = 30.0) -> list[str]:
+        """See :meth:`SlurmBackend.adopt_or_cancel_orphans`."""
+        return self.backend.adopt_or_cancel_orphans(run_dir, grace_s)
+
+    def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
+        """The shared reconciliation (a job running but not intended is killed; an intended one that nothing
+        runs, or on another number of ranks, reported) and SLURM's (:meth:`SlurmBackend.cluster_issues`)."""
+        want = {n: d for n, d in intended.items() if d}
+        issues = self.backend.take_issues() + super().reconcile(want)
+        return issues + self.backend.cluster_issues(want, set(self._live))
 
 
 # ---------------------------------------------------------------------------------------------- the supervisor
@@ -886,7 +889,6 @@ def supervise(inc_dir: Path) -> int:
         send(signal.SIGTERM)  # asked to stop while the later ranks were starting
     written: set[int] = set()
     while True:
-        failed = False
         for rank, p in enumerate(procs):
             code = p.poll()
             if code is None or rank in written:
@@ -895,9 +897,8 @@ def supervise(inc_dir: Path) -> int:
             with contextlib.suppress(OSError):  # also where a restarted scheduler looks (oak.runtime.procs)
                 write_exit_status(job_dir, rank, p.pid, code)
             written.add(rank)
-            if code != 0 and not (command and stop["requested"] and code == -signal.SIGTERM):
-                failed = True
-        if failed:
+        codes = [p.returncode for p in procs]  # the one rule (oak.runtime.incarnations.classify)
+        if classify(codes, command=command, stop_requested=stop["requested"], done_marker=False) == "failed":
             send(signal.SIGKILL)  # the peers of a dead rank
             for rank, p in enumerate(procs):
                 code = p.wait()

@@ -435,3 +435,37 @@ def test_the_tick_is_sync_then_step_next_driven_on_data(tmp_path: Path) -> None:
     assert why["backoff"].startswith("rank exit statuses [1]") and why["done"] == "finished at step 100"
     times = [t for t, _, _ in r.history]
     assert times == sorted(times) and times[3] - times[2] >= 30.0  # the first back-off: 30 s, to the tick
+
+
+def test_the_waiting_guard_admits_a_starving_job_after_a_day_of_fake_clock(tmp_path: Path) -> None:
+    """oak's waiting guard at its real settings (a job that has waited ``max_wait_s`` = 1 day is admitted and
+    protected for ``guard_run_s`` = 1 h), through the runtime: 1,500 rounds of a fake clock. Job ``a`` holds the
+    only device; ``b`` arrives at 60 s and waits, never worth a restart of ``a`` — until the guard admits it: ``a``
+    is stopped with a checkpoint, ``b`` launched and kept for the hour. The guard's state lives in the policy's
+    state between rounds, which the runtime carries over (``JobsState.policy_state``)."""
+    from oak.policies.restart_aware import RestartAwareOakPolicy
+
+    two = ONE_JOB.replace("name: j", "name: a") + ONE_JOB.split("\n", 1)[1].replace("name: j", "name: b").replace(
+        "ckpt_every: 10}", "ckpt_every: 10, submit_s: 60}"
+    )
+    policy = RestartAwareOakPolicy()
+    assert policy.max_wait_s == 86_400.0 and policy.guard_run_s == 3_600.0  # the shipped settings
+    ex = ScriptedExecutor([Fate(end="running", reach=10)])
+    opts = RuntimeOptions(devices=1, round_s=60.0, tick_s=60.0)
+    sched = RuntimeScheduler(parse_jobs(two, "two.yaml"), policy, tmp_path / "run", opts, ex, clock=ex.clock)
+    start = sched.begin()
+    last = 0.0
+    while (now := ex.clock.time() - start) < 60.0 + 86_400.0 + 3_600.0 + 600.0:
+        sched.sync(now, now - last)
+        sched.step_next(now)
+        last = now
+        ex.clock.sleep(opts.tick_s)
+    a, b = sched.records
+    launched = [t for t, p, _ in b.history if p == "restoring"]
+    assert launched and 60.0 + 86_400.0 <= launched[0] <= 60.0 + 86_400.0 + 180.0, b.history
+    assert [p for _, p, _ in a.history][:4] == ["queued", "restoring", "running", "stopping"], a.history
+    stopped = next(t for t, p, _ in a.history if p == "stopping")
+    assert stopped <= launched[0]  # its device was freed for b
+    protected = [t for t, p, _ in b.history if p == "stopping" and t < launched[0] + 3_600.0]
+    assert protected == [], b.history  # kept for the guard's hour
+    assert len(ex.launches) >= 2 and sched.store.rounds() >= 1_400

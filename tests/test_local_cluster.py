@@ -1,4 +1,4 @@
-"""``scripts/local-cluster``: a multi-node SLURM cluster on one machine, each node its own network namespace.
+"""``scripts/local-cluster``: a multi-node SLURM and Ray cluster on one machine, each node its own network namespace.
 
 Skipped as a whole, with the reason, when the cluster does not run (it needs root; ``.ci/run`` starts it with
 ``scripts/local-cluster start --nodes 3``).
@@ -6,8 +6,10 @@ Skipped as a whole, with the reason, when the cluster does not run (it needs roo
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -61,3 +63,41 @@ def test_a_job_spans_two_nodes_each_with_its_own_address(tmp_path: Path) -> None
     hosts, procs, addrs = zip(*ranks, strict=True)
     assert procs == ("0", "1") and len(set(hosts)) == 2 and all(h.startswith("node") for h in hosts), ranks
     assert len(set(addrs)) == 2 and all(a.startswith("10.77.0.") for a in addrs), ranks
+
+
+RAY_CHECK = """
+import json, socket, sys
+import ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+ray.init(log_to_driver=False)  # RAY_ADDRESS and the token from ray.env
+pg = placement_group([{"oak_slot": 1}, {"oak_slot": 1}], strategy="STRICT_SPREAD")
+assert pg.wait(60)
+
+@ray.remote(num_cpus=0, resources={"oak_slot": 1})
+def where():
+    return socket.gethostname(), ray.util.get_node_ip_address()
+
+refs = [where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)).remote() for i in range(2)]
+print(json.dumps(ray.get(refs, timeout=60)))
+"""
+
+
+def test_ray_runs_a_placement_group_across_two_nodes(tmp_path: Path) -> None:
+    """The cluster's Ray: a driver on this machine (the head's node) places a STRICT_SPREAD group of two
+    ``oak_slot`` bundles; its tasks run on two nodes, each with its own hostname and address."""
+    pytest.importorskip("ray")
+    env_file = CLUSTER_DIR / "ray.env"
+    if not env_file.is_file():
+        pytest.skip("the local cluster runs without Ray (no ray command when it started)")
+    env = dict(ENV)
+    env.update(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
+    res = subprocess.run(
+        [sys.executable, "-c", RAY_CHECK], capture_output=True, text=True, timeout=180, env=env, check=False
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    placed = json.loads(res.stdout.strip().splitlines()[-1])
+    hosts, addrs = zip(*placed, strict=True)
+    assert len(set(hosts)) == 2 and all(h.startswith("node") for h in hosts), placed
+    assert len(set(addrs)) == 2 and all(a.startswith("10.77.0.") for a in addrs), placed

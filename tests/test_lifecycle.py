@@ -104,3 +104,6 @@ def test_a_record_committed_before_the_lifecycle_gets_the_phase_its_fields_descr
     del flagged["ending"]
     r = JobRecord.from_json(json.dumps({**flagged, "arrived": True, "done": False, "cancelled": True}))
     assert r.phase == "stopping" and r.ending == "cancelled" and r.cancelled
+    # a finish committed as a flag beside a stop in flight (at a shutdown): done, never run again
+    r = JobRecord.from_json(json.dumps({**flagged, "arrived": True, "done": True, "cancelled": False}))
+    assert r.phase == "done" and r.done and r.over

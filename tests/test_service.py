@@ -198,6 +198,43 @@ def test_the_service_composes_an_inbox_and_a_publisher_driven_on_data(tmp_path: 
     assert 'oak_jobs{state="done"} 1' in svc.request("metrics", {})["text"]
 
 
+def test_a_round_the_backend_fails_costs_the_service_that_round_only(tmp_path: Path) -> None:
+    """A backend that raises while a round is enacted (a SLURM command, a Ray call failing) does not end
+    ``oak serve``: the error is published as the round's (``policy_error`` in the status, an event in
+    rounds.jsonl), what was done is committed, and the service goes on."""
+    from support.scripted import Fate, ScriptedExecutor
+
+    class Flaky(ScriptedExecutor):
+        fail = True
+
+        def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
+            if self.fail:
+                raise RuntimeError("squeue timed out")
+            return []
+
+    ex = Flaky([Fate(end="done", reach=100, after_s=120.0)])
+    svc = Service(make_policy("oak"), tmp_path / "run", RuntimeOptions(devices=1, tick_s=1.0), ex, clock=ex.clock)
+    sched = svc.scheduler
+    start = sched.begin()
+    text = "jobs:\n  - {name: a, model: tiny, target_steps: 100, max_gpus: 1, batch_size: 8, ckpt_every: 10}\n"
+    sched.submit(list(parse_jobs(text, "a.yaml").jobs), 0.0, "a.yaml")
+    last = 0.0
+    for _ in range(200):
+        now = ex.clock.time() - start
+        sched.sync(now, now - last)
+        sched.step_next(now)
+        last = now
+        ex.clock.sleep(1.0)
+        if now > 90.0:
+            ex.fail = False
+    state = svc.request("status", {})
+    assert state["jobs"][0]["state"] == "done"  # launched by the round whose reconciliation failed, and finished
+    events = [json.loads(x) for x in (tmp_path / "run" / "rounds.jsonl").read_text().splitlines()]
+    errors = [e for e in events if e["event"] == "round-error"]
+    assert errors and "the round was not enacted: RuntimeError: squeue timed out" in errors[0]["error"]
+    assert state["policy_error"] is not None and "squeue timed out" in state["policy_error"]
+
+
 def test_bad_submissions_are_refused_and_change_nothing(service: tuple[Service, Listeners, Path]) -> None:
     sched, _, run_dir = service
     ok = call(run_dir, "submit", text="jobs:\n" + count_job("a", 5), source="a.yaml")

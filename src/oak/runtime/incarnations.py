@@ -115,14 +115,30 @@ class _Incarnation:
 
 class Incarnations:
     """The scheduler's :class:`~oak.runtime.executor.Executor` over a :class:`Backend` (see the module doc).
-    ``poll_s``: how often a blocking ``stop`` looks at the backend's list."""
+    ``poll_s``: how often a blocking ``stop`` looks at the backend's list; ``list_ttl_s``: how long one listing
+    answers the questions about every job (a scheduler's tick asks several per job: one listing serves them
+    all; 0 lists anew each time). Anything this layer does to a job lists anew."""
 
-    def __init__(self, backend: Backend, *, poll_s: float = 0.02) -> None:
+    def __init__(self, backend: Backend, *, poll_s: float = 0.02, list_ttl_s: float = 0.0) -> None:
         self.backend = backend
         self.device_kind: str = backend.device_kind
         self.poll_s = poll_s
+        self.list_ttl_s = list_ttl_s
         self._live: dict[str, _Incarnation] = {}
         self._stuck: dict[str, list[int]] = {}
+        self._gone: set[str] = set()
+        """Jobs this layer killed and has not launched again: what is left of them is ``unreaped``, not a
+        stray for ``reconcile``."""
+        self._listing: tuple[float, dict[str, Ranks]] | None = None
+
+    def _list(self) -> dict[str, Ranks]:
+        now = time.monotonic()
+        if self._listing is None or now - self._listing[0] > self.list_ttl_s:
+            self._listing = (now, self.backend.list())
+        return self._listing[1]
+
+    def _changed(self) -> None:
+        self._listing = None
 
     # ------------------------------------------------------------------ start
     def launch(self, item: Launch) -> None:
@@ -130,19 +146,23 @@ class Incarnations:
         if name in self._live:
             raise RuntimeError(f"job {name!r} is already running")
         self._stuck.pop(name, None)
+        self._changed()
         self.backend.launch(item)
+        self._gone.discard(name)
         self._live[name] = _Incarnation(Path(item.job_dir), item.job.is_command, len(item.devices))
 
     def adopt(self, item: Launch, pids: list[int]) -> bool:
         name = item.job.name
         if name in self._live or not isinstance(self.backend, Adopting) or not self.backend.adopt(item, pids):
             return False
+        self._changed()
+        self._gone.discard(name)
         self._live[name] = _Incarnation(Path(item.job_dir), item.job.is_command, len(item.devices))
         return True
 
     # ------------------------------------------------------------------ observe
     def _ranks(self, name: str) -> Ranks | None:
-        return self.backend.list().get(name) if name in self._live else None
+        return self._list().get(name) if name in self._live else None
 
     def _judge(self, inc: _Incarnation, ranks: Ranks) -> JobState:
         return "failed" if ranks.lost else self._outcome(inc, ranks.codes)
@@ -164,6 +184,7 @@ class Incarnations:
             return "failed"  # the backend lost it
         outcome = self._judge(inc, ranks)
         if outcome == "failed" and None in ranks.codes:
+            self._changed()
             self.backend.kill(name, signal.SIGKILL)  # reap the surviving peers of a dead rank
         return outcome
 
@@ -188,6 +209,7 @@ class Incarnations:
             inc = self._live.get(name)
             if inc is not None and not inc.stop_requested:
                 inc.stop_requested = True
+                self._changed()
                 self.backend.kill(name, signal.SIGTERM)
 
     def stop(self, names: list[str], timeout_s: float) -> dict[str, JobState]:
@@ -217,7 +239,9 @@ class Incarnations:
     def kill(self, name: str) -> None:
         if self._live.pop(name, None) is None:
             return
+        self._changed()
         self.backend.kill(name, signal.SIGKILL)
+        self._gone.add(name)
         if isinstance(self.backend, Reaping):
             stuck = self.backend.unreaped(name)
         else:
@@ -232,8 +256,9 @@ class Incarnations:
         this layer did not launch); an intended job that nothing runs, or on another number of ranks, is
         reported."""
         issues: list[str] = []
-        listed = self.backend.list()
-        running = {n for n, r in listed.items() if None in r.codes}
+        self._changed()
+        listed = self._list()
+        running = {n for n, r in listed.items() if None in r.codes} - self._gone
         for name in sorted((running | set(self._live)) - set(intended)):
             ranks = listed.get(name)
             if ranks is None or None not in ranks.codes:
@@ -242,9 +267,10 @@ class Incarnations:
             if name in self._live:
                 self.kill(name)
             else:
+                self._changed()
                 self.backend.kill(name, signal.SIGKILL)
         for name, devices in sorted(intended.items()):
-            ranks = listed.get(name)
+            ranks = listed.get(name) if name not in self._gone else None
             if ranks is None:
                 issues.append(f"{name}: intended on {len(devices)} device(s), no process runs it")
             elif len(ranks.pids) != len(devices):

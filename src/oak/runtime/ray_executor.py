@@ -71,6 +71,12 @@ GPU_RESOURCE = "GPU"
 PG_PREFIX = "oak"
 """Placement groups are named ``oak:<run tag>:<job>:<nonce>`` (the run tag hashes the run directory); the rank
 actors in one ``<its name>:r<rank>``, in the namespace ``RAY_NAMESPACE``."""
+EXITS_GROUP = "exits"
+"""The rank actor's concurrency group of ``wait_exit`` calls: each scheduler that follows an incarnation (its
+launcher, then each one that adopts it) blocks one of its threads until the worker exits, and a dead
+scheduler's call keeps its thread; ``send``, ``kill_worker`` and ``worker`` run in the default group, so they
+are never starved by them."""
+EXITS_CONCURRENCY = 64
 RAY_NAMESPACE = "oak"
 """Namespace of the rank actors: a restarted scheduler (another Ray job) finds them by name there."""
 KILL_WAIT_S = 10.0
@@ -254,6 +260,7 @@ class RayBackend:
         self.wait_timeout_s = float(wait_timeout_s)
         self._jobs: dict[str, _Incarnation] = {}
         self._tag: str | None = None
+        self._swept = False
         self._started_ray = False
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -295,7 +302,7 @@ class RayBackend:
         except BaseException:
             self.close()
             raise
-        self._actor_cls = ray.remote(_RankActor)
+        self._actor_cls = _RAY.remote(concurrency_groups={EXITS_GROUP: EXITS_CONCURRENCY})(_RankActor)
 
     # ------------------------------------------------------------------ launch
     def _bundle(self) -> dict[str, float]:
@@ -355,7 +362,9 @@ class RayBackend:
         if [pid for pid, _ in seen] != list(pids) or any(code is not None for _, code in seen):
             return None
         pg = PlacementGroup(_RAY.PlacementGroupID.from_hex(pg_id))
-        runs = {actor.wait_exit.remote(): rank for rank, actor in enumerate(actors)}
+        runs = {
+            actor.wait_exit.options(concurrency_group=EXITS_GROUP).remote(): rank for rank, actor in enumerate(actors)
+        }
         return _Incarnation(item.job.name, job_dir, pg, pg_name, actors, list(pids), runs)
 
     def _remove_group(self, pg_name: str, pg_id: str, bundles: int) -> None:
@@ -368,7 +377,7 @@ class RayBackend:
         with contextlib.suppress(RayError):
             for actor in actors:
                 actor.send.remote(signal.SIGTERM)
-            exits: list[Any] = [actor.wait_exit.remote() for actor in actors]
+            exits: list[Any] = [actor.wait_exit.options(concurrency_group=EXITS_GROUP).remote() for actor in actors]
             if exits:
                 ray.wait(exits, num_returns=len(exits), timeout=KILL_WAIT_S)
         for actor in actors:
@@ -394,6 +403,14 @@ class RayBackend:
             )
         job_dir = Path(item.job_dir).resolve()
         job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not self._swept:  # the first launch here: a dead scheduler's groups not adopted would hold devices
+            self._swept = True
+            tag = self._run_tag(job_dir)
+            owned = {rec.pg_name for rec in self._jobs.values() if not rec.released}
+            for pid, row in self._run_groups().items():
+                pg_name = str(row.get("name", ""))
+                if pg_name not in owned and pg_name.startswith(f"{PG_PREFIX}:{tag}:"):
+                    self._remove_group(pg_name, pid, len(row.get("bundles", {})))
         for stale, (pg_id, size) in self._groups_of(job_dir, name).items():  # a dead scheduler's, not adopted
             self._remove_group(stale, pg_id, size)
         pg_name = f"{PG_PREFIX}:{self._run_tag(job_dir)}:{name}:{uuid.uuid4().hex[:8]}"
@@ -463,10 +480,16 @@ class RayBackend:
             refs.append(actor.start.remote(args, rc.env, log, self._ray_gpus, self.wait_timeout_s, command, exit_to))
         if command:
             rec.pids = [int(p) for p in self._get(refs, rec.name, "start its command")]
-            rec.runs = {actor.wait_exit.remote(): rank for rank, actor in enumerate(rec.actors)}
+            rec.runs = {
+                actor.wait_exit.options(concurrency_group=EXITS_GROUP).remote(): rank
+                for rank, actor in enumerate(rec.actors)
+            }
             return
         rec.pids = [int(p) for p in self._get(refs, rec.name, "start its workers")]
-        rec.runs = {actor.wait_exit.remote(): rank for rank, actor in enumerate(rec.actors)}
+        rec.runs = {
+            actor.wait_exit.options(concurrency_group=EXITS_GROUP).remote(): rank
+            for rank, actor in enumerate(rec.actors)
+        }
 
     def _get(self, refs: list[Any], name: str, what: str) -> list[Any]:
         try:
@@ -489,6 +512,9 @@ class RayBackend:
         for actor in rec.actors:
             with contextlib.suppress(RayError):
                 actor.send.remote(sig)
+
+    def unreaped(self, name: str) -> list[int]:
+        return []  # a rank that outlives its actor dies with it (PR_SET_PDEATHSIG); Ray reaps the actor
 
     def actors(self, name: str) -> list[Any]:
         """The rank actors of a running job, rank 0 first (for failure injection)."""
@@ -590,7 +616,7 @@ class RayExecutor(Incarnations):
     backend: RayBackend
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(RayBackend(*args, **kwargs))
+        super().__init__(RayBackend(*args, **kwargs), list_ttl_s=0.1)
 
     @property
     def devices(self) -> int:

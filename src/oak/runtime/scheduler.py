@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from oak.catalog import Catalog
-from oak.engine import ClusterModel, Intent, JobIntent, JobResult, JobsState, RunResult, step
+from oak.engine import ClusterModel, Intent, JobIntent, JobResult, JobsState, Plan, RunResult, step
 from oak.engine.rules import PhysicsOptions
 from oak.errors import OakInputError
 from oak.failures import FailureStream, PerJobBernoulli, rng
@@ -822,6 +822,23 @@ class RuntimeScheduler:
         ms = plan.decision_ms
         self.decision_ms.append(ms)
         st.policy_state = plan.allocation.state
+        try:
+            self._enact(plan, active, records, now)
+        except Exception as exc:
+            if not self.serving:
+                raise
+            # a live run outlives a backend that fails a round (a SLURM command, a Ray call): what was done is
+            # committed, the rest is the next round's to decide again
+            msg = f"the round was not enacted: {type(exc).__name__}: {str(exc)[:300]}"
+            print(f"oak serve: {msg}; the next round decides again", file=sys.stderr)
+            self.policy_error = msg
+            self.store.save(self._changing(records))  # what was enacted before the error
+            self._event({"event": "round-error", "t": round(now, 3), "error": msg})
+
+    def _enact(self, plan: Plan, active: np.ndarray, records: list[JobRecord], now: float) -> None:
+        """Carry out a round's plan: stops asked, starts launched (or left pending on a stop), what runs
+        reconciled with what is intended, the round committed."""
+        ms = plan.decision_ms
         stops = [it.job for it in plan.intents if it.intent in (Intent.STOP, Intent.RESTART, Intent.RELOCATE)]
         stops = [i for i in stops if records[i].launched_at_s is not None]
         starts = [it for it in plan.intents if it.intent in (Intent.START, Intent.RESTART, Intent.RELOCATE)]

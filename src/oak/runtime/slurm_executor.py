@@ -630,8 +630,8 @@ class SlurmBackend:
         if sig == signal.SIGKILL:
             self._end(rec)
             rec.ended = True
-            codes, lost = rec.verdict if rec.verdict is not None else (tuple(self._codes(rec)), "")
-            rec.verdict = (tuple(-signal.SIGKILL if c is None else c for c in codes), lost)  # killed here
+            if rec.verdict is None:  # killed here while it ran: a rank without an exit status was SIGKILLed
+                rec.verdict = (tuple(-signal.SIGKILL if c is None else c for c in self._codes(rec)), "")
             return
         if rec.verdict is not None:
             return  # ended already
@@ -800,7 +800,7 @@ class SlurmExecutor(Incarnations):
     backend: SlurmBackend
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(SlurmBackend(*args, **kwargs), poll_s=0.1)
+        super().__init__(SlurmBackend(*args, **kwargs), poll_s=0.1, list_ttl_s=0.5)
 
     @property
     def devices(self) -> int:

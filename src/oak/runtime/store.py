@@ -135,8 +135,12 @@ class JobRecord:
             from oak.runtime.lifecycle import legacy_phase
 
             r.phase = legacy_phase(r, **flags).value
+        elif flags.get("done"):  # the flags won over the phase then (a finish during a shutdown's stop)
+            r.phase, r.ending = "done", ""
         elif flags.get("cancelled") and r.phase == "stopping":
             r.ending = "cancelled"
+        elif flags.get("cancelled"):
+            r.phase = "cancelled"
         return r
 
 

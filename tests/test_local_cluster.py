@@ -15,22 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from support.clusters import not_running
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "local-cluster"
 CLUSTER_DIR = Path(os.environ.get("OAK_CLUSTER_DIR", "/tmp/oak-local-cluster"))
 
 
-def _why_not() -> str | None:
-    try:
-        res = subprocess.run([str(SCRIPT), "status"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"scripts/local-cluster status did not answer: {exc}"
-    if res.returncode != 0:
-        return f"the local multi-node cluster does not run ({(res.stdout + res.stderr).strip()})"
-    return None
-
-
-_REASON = _why_not()
+_REASON = not_running(SCRIPT, "the local multi-node cluster")
 if _REASON is not None:
     pytest.skip(_REASON, allow_module_level=True)
 

@@ -29,15 +29,11 @@ SLURM_DIR = Path(os.environ.get("OAK_SLURM_DIR", "/tmp/oak-local-slurm"))
 def _why_not() -> str | None:
     import shutil
 
+    from support.clusters import not_running
+
     if shutil.which("sinfo") is None:
         return "SLURM's sinfo is not on PATH (apt-get install slurm-wlm munge, then scripts/local-slurm start)"
-    try:
-        res = subprocess.run([str(SCRIPT), "status"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"scripts/local-slurm status did not answer: {exc}"
-    if res.returncode != 0:
-        return f"the local SLURM cluster does not run ({(res.stdout + res.stderr).strip()})"
-    return None
+    return not_running(SCRIPT, "the local SLURM cluster")
 
 
 _REASON = _why_not()

@@ -93,3 +93,22 @@ def test_ray_runs_a_placement_group_across_two_nodes(tmp_path: Path) -> None:
     hosts, addrs = zip(*placed, strict=True)
     assert len(set(hosts)) == 2 and all(h.startswith("node") for h in hosts), placed
     assert len(set(addrs)) == 2 and all(a.startswith("10.77.0.") for a in addrs), placed
+
+
+def test_oak_run_without_the_clusters_token_says_what_is_missing(tmp_path: Path) -> None:
+    """``oak run --backend ray --address`` of the cluster (token authentication on) from an environment without
+    its token: exit 2 within Ray's connection timeout, naming the variables to set, no traceback."""
+    pytest.importorskip("ray")
+    env_file = CLUSTER_DIR / "ray.env"
+    if not env_file.is_file():
+        pytest.skip("the local cluster runs without Ray (no ray command when it started)")
+    address = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)["RAY_ADDRESS"]
+    env = {k: v for k, v in ENV.items() if not k.startswith("RAY_")}
+    jobs = tmp_path / "one.yaml"
+    jobs.write_text(f"jobs:\n  - {{name: a, command: [{sys.executable}, -c, 'print(1)']}}\n")
+    argv = [sys.executable, "-c", "from oak.cli.main import main; main()", "run", str(jobs), "--backend", "ray"]
+    argv += ["--address", address, "--cpu-slots", "1", "--run-dir", str(tmp_path / "run")]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env, check=False)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert f"cannot connect to Ray at {address}" in res.stderr and "RAY_AUTH_TOKEN_PATH" in res.stderr
+    assert "Traceback" not in res.stderr

@@ -279,8 +279,15 @@ class RayBackend:
             try:
                 ray.init(**kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
+                hint = ""
+                if address and not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+                    hint = (
+                        "; if the cluster uses token authentication (ray start turns it on by default since Ray "
+                        "2.59), give this process the cluster's RAY_AUTH_MODE=token and its token "
+                        "(RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH), as on its nodes"
+                    )
                 raise OakInputError(
-                    f"cannot {'connect to Ray at ' + address if address else 'start Ray'}: {exc}"
+                    f"cannot {'connect to Ray at ' + address if address else 'start Ray'}: {exc}{hint}"
                 ) from exc
             self._started_ray = True
         try:

@@ -109,7 +109,6 @@ class Adopting(Protocol):
 class _Incarnation:
     job_dir: Path
     command: bool
-    world: int
     stop_requested: bool = False
 
 
@@ -149,7 +148,7 @@ class Incarnations:
         self._changed()
         self.backend.launch(item)
         self._gone.discard(name)
-        self._live[name] = _Incarnation(Path(item.job_dir), item.job.is_command, len(item.devices))
+        self._live[name] = _Incarnation(Path(item.job_dir), item.job.is_command)
 
     def adopt(self, item: Launch, pids: list[int]) -> bool:
         name = item.job.name
@@ -157,7 +156,7 @@ class Incarnations:
             return False
         self._changed()
         self._gone.discard(name)
-        self._live[name] = _Incarnation(Path(item.job_dir), item.job.is_command, len(item.devices))
+        self._live[name] = _Incarnation(Path(item.job_dir), item.job.is_command)
         return True
 
     # ------------------------------------------------------------------ observe
@@ -165,11 +164,11 @@ class Incarnations:
         return self._list().get(name) if name in self._live else None
 
     def _judge(self, inc: _Incarnation, ranks: Ranks) -> JobState:
-        return "failed" if ranks.lost else self._outcome(inc, ranks.codes)
-
-    def _outcome(self, inc: _Incarnation, codes: Sequence[int | None]) -> JobState:
+        """The incarnation's outcome: failed if the backend lost it, else by the one rule."""
+        if ranks.lost:
+            return "failed"
         return classify(
-            codes,
+            ranks.codes,
             command=inc.command,
             stop_requested=inc.stop_requested,
             done_marker=(inc.job_dir / DONE_FILE).is_file(),

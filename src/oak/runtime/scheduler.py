@@ -405,7 +405,8 @@ class RuntimeScheduler:
             why = f"the scheduler shut down: {results.get(self.names[i], 'stopped')}"
             if results.get(self.names[i]) == "done":
                 self._finish(r, now, why)
-            self._settle(r, now, why)
+            else:
+                self._settle(r, now, why)
 
     def _check_state_intact(self, meta: dict[str, Any]) -> None:
         """Refuse to begin a new run in a directory whose earlier run's state is gone: its marker
@@ -537,7 +538,8 @@ class RuntimeScheduler:
                 t = self.clock.time() - self._start_wall
                 if finished_now:
                     enter(r, JobPhase.DONE, t, "finished while no scheduler ran")
-                self._settle(r, t, "stopped by a restarted scheduler")
+                else:
+                    self._settle(r, t, "stopped by a restarted scheduler")
 
     @staticmethod
     def _in_kept(pid: int, kept: set[int]) -> bool:

@@ -37,9 +37,13 @@ def main() -> int:
 
     def save(s: int) -> None:
         if rank == 0:
-            tmp = ckpt.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"step": s}))
-            os.replace(tmp, ckpt)  # atomic: a kill leaves the old checkpoint or the new one
+            tmp = ckpt.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"step": s, "incarnation": os.environ.get("OAK_INCARNATION", "")}))
+            # atomic (a kill leaves the old checkpoint or the new one), and only while this incarnation is the
+            # job's current one: a rank of an older one, woken up after a partition, writes nothing
+            if not oak.job.commit(tmp, ckpt):
+                print(f"rank {rank}: fenced at step {s}: a newer incarnation runs this job", flush=True)
+                raise SystemExit(3)
 
     while step < a.steps:
         time.sleep(a.step_s * (0.2 + 0.8 / world))

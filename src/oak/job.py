@@ -20,6 +20,14 @@ since the previous write. The scheduler learns the job's throughput model from t
 never reports is scored by its elapsed time only. Outside OAK (no ``OAK_JOB`` in the environment) ``report``
 does nothing and ``checkpoint_dir`` is ``./oak-checkpoints``, so the same script runs by hand.
 
+**Fencing.** Each launch of the job is a new incarnation (``OAK_INCARNATION``), and the launcher makes it the
+job's current one (the *fence*, ``OAK_JOB_DIR/fence``) before its ranks start. A rank of an older incarnation
+that still runs — on a node cut off by a network partition that comes back, or frozen and woken up — must not
+write the job's checkpoint, which the new incarnation reads and writes: ``commit(tmp, final)`` renames a
+finished temporary file into place only while this incarnation is the current one (under a lock the launcher
+takes too, so no rename lands after a newer launch), and returns False otherwise; ``fenced()`` says so at any
+time, and ``report`` writes nothing once fenced.
+
 ``should_stop`` is True once the process received SIGTERM. Its first call (in the main thread) installs the
 SIGTERM handler that sets the flag, unless the script installed its own: a script that never asks keeps
 SIGTERM's default action and ends at once (a stop without a checkpoint, not a failure).
@@ -27,16 +35,22 @@ SIGTERM's default action and ends at once (a stop without a checkpoint, not a fa
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import operator
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 MIN_REPORT_INTERVAL_S = 0.5
+FENCE_FILE = "fence"
+"""In the job directory: the incarnation id of the job's current incarnation (written by the launcher)."""
+FENCE_LOCK = "fence.lock"
 
 _stop = threading.Event()
 _state: dict[str, Any] = {"last_write": None, "last_step": None, "last_time": None, "installed": False}
@@ -91,6 +105,75 @@ def request_stop() -> None:
     _stop.set()
 
 
+class Fenced(RuntimeError):
+    """Raised by a writer of the job's state that finds a newer incarnation running the job."""
+
+
+def _read_fence(job_dir: str | Path) -> str:
+    try:
+        return (Path(job_dir) / FENCE_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+def fenced() -> bool:
+    """True once a newer incarnation of this job has been launched: this process must not write the job's
+    state (its checkpoint, its status). False outside OAK, or where no launcher keeps a fence."""
+    mine, job_dir = os.environ.get("OAK_INCARNATION", ""), os.environ.get("OAK_JOB_DIR", "")
+    if not mine or not job_dir:
+        return False
+    current = _read_fence(job_dir)
+    return bool(current) and current != mine
+
+
+@contextlib.contextmanager
+def _fence_lock(job_dir: str | Path) -> Iterator[None]:
+    fd = os.open(Path(job_dir) / FENCE_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def holding_fence() -> Iterator[bool]:
+    """Hold the job's fence while writing its shared state: yields True if this incarnation is the current
+    one (write now: no newer launch can happen until the block ends), False if it is fenced (write nothing).
+    Outside OAK: True, no lock."""
+    job_dir = os.environ.get("OAK_JOB_DIR", "")
+    if not job_dir or not os.environ.get("OAK_INCARNATION"):
+        yield True
+        return
+    with _fence_lock(job_dir):
+        yield not fenced()
+
+
+def commit(tmp: str | Path, final: str | Path) -> bool:
+    """``os.replace(tmp, final)`` — a finished checkpoint file into place — if this incarnation is the job's
+    current one; else ``tmp`` is removed, ``final`` left as it is, and False returned (exit: a newer
+    incarnation runs the job)."""
+    with holding_fence() as current:
+        if current:
+            os.replace(tmp, final)
+            return True
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    return False
+
+
+def set_fence(job_dir: str | Path, incarnation: str) -> None:
+    """The launcher's side: make ``incarnation`` the job's current one, before its ranks start (every older
+    incarnation's ``commit`` fails from then on)."""
+    d = Path(job_dir)
+    with _fence_lock(d):
+        tmp = d / f"{FENCE_FILE}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(incarnation + "\n")
+        os.replace(tmp, d / FENCE_FILE)
+
+
 def _count(name: str, value: Any, minimum: int, optional: bool) -> int | None:
     if value is None and optional:
         return None
@@ -118,6 +201,8 @@ def report(step: int, total_steps: int | None = None, batch_size: int | None = N
     last_write = _state["last_write"]
     final = total is not None and s is not None and s >= total
     if last_write is not None and now - last_write < MIN_REPORT_INTERVAL_S and not final:
+        return
+    if fenced():  # a newer incarnation runs the job: its status is that one's to write
         return
     status: dict[str, Any] = {
         "incarnation": os.environ.get("OAK_INCARNATION", ""),

@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from oak.job import Fenced, holding_fence
+
 CKPT_RE = re.compile(r"^ckpt-(\d{9})\.pt$")
 _TMP_PREFIX = ".tmp-"
 DEFAULT_KEEP = 3
@@ -95,6 +97,8 @@ def save(directory: str | Path, state: dict[str, Any], step: int, *, keep: int =
     None and (nested) dicts/lists/tuples of those. After the new checkpoint is durable, all but the newest
     ``keep`` checkpoints with step ≤ ``step`` are deleted, as are checkpoints with a larger step (they belong
     to a timeline abandoned by resuming from an older checkpoint) and temporary files of interrupted saves.
+    A rank of an incarnation the launcher has fenced off (``oak.job.fenced``: a newer one runs the job) writes
+    and deletes nothing: :class:`oak.job.Fenced`.
     """
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
@@ -108,10 +112,13 @@ def save(directory: str | Path, state: dict[str, Any], step: int, *, keep: int =
     # Sidecar first: a crash between the two renames leaves an orphan sidecar (ignored), never a checkpoint
     # without one; re-saving an existing step replaces the sidecar, so the old bytes no longer verify until
     # the new bytes land.
-    write_bytes_atomic(d / sidecar_name(step), f"{digest}  {target.name}\n".encode())
-    write_bytes_atomic(target, data)
-    fsync_dir(d)
-    _prune(d, step, keep)
+    with holding_fence() as current:  # only the job's current incarnation writes (and prunes) its checkpoints
+        if not current:
+            raise Fenced(f"checkpoint of step {step} not written: a newer incarnation of the job runs")
+        write_bytes_atomic(d / sidecar_name(step), f"{digest}  {target.name}\n".encode())
+        write_bytes_atomic(target, data)
+        fsync_dir(d)
+        _prune(d, step, keep)
     return target
 
 

@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from oak.errors import OakInputError
+from oak.job import set_fence
 from oak.runtime.procs import AdoptedProc, RankProc, clear_exit_files
 
 STATUS_FILE = "status.json"  # same names as oak.runtime.worker, which this module does not import (no torch)
@@ -398,9 +399,12 @@ def rank_commands(
     rank 0 picks the rendezvous port (``master_port`` None); a command gets the contract's environment with
     ``MASTER_PORT`` = ``master_port`` or a port free a moment ago (torchrun's convention). ``own_device``: each
     rank runs where only its own device is seen (a Ray actor's bundle): on GPUs its local rank is 0 and the
-    backend sets ``CUDA_VISIBLE_DEVICES``; on CPU it runs one thread."""
+    backend sets ``CUDA_VISIBLE_DEVICES``; on CPU it runs one thread. The new incarnation becomes the job's
+    current one (``oak.job.set_fence``): a rank of an older one that still runs writes no checkpoint from now."""
     ids = [int(d) for d in devices]
     incarnation = uuid.uuid4().hex
+    if job_dir.is_dir():  # from now on only this incarnation writes the job's checkpoint (oak.job's fence)
+        set_fence(job_dir, incarnation)
     env_src = os.environ if environ is None else environ
     command = isinstance(spec, CommandSpec)
     port = master_port if master_port is not None else (free_port(master_addr) if command else 0)

@@ -55,6 +55,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 
+import oak.job  # noqa: E402
 from oak.errors import OakInputError  # noqa: E402
 from oak.runtime import checkpoint  # noqa: E402
 from oak.runtime.data import Dataset, SampleStream, load_cifar10, shard, synthetic  # noqa: E402
@@ -67,7 +68,8 @@ COUNTERS_FILE = "counters.json"
 DONE_FILE = "done"
 RENDEZVOUS_FILE = "rendezvous.json"
 CKPT_FORMAT = 1
-EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_FENCED = 0, 1, 2, 3
+"""EXIT_FENCED: a newer incarnation of the job runs (``oak.job.fenced``); this rank wrote nothing and left."""
 STATUS_FIELDS = (
     "step",
     "target_steps",
@@ -591,7 +593,8 @@ class _Run:
         }
         if error is not None:
             status["error"] = error
-        _write_json(self.cfg.job_dir / STATUS_FILE, status, durable=False)
+        if not oak.job.fenced():  # a newer incarnation's status is not this one's to overwrite
+            _write_json(self.cfg.job_dir / STATUS_FILE, status, durable=False)
         return True
 
     # -- checkpointing ------------------------------------------------------------------------------------
@@ -862,6 +865,9 @@ def main(argv: list[str] | None = None) -> int:
     except OakInputError as exc:
         print(f"oak worker: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_INPUT
+    except oak.job.Fenced as exc:
+        print(f"oak worker: fenced: {exc}; exiting without writing", file=sys.stderr, flush=True)
+        return EXIT_FENCED
     except Exception as exc:
         print(f"oak worker: failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         import traceback
@@ -875,7 +881,7 @@ def _leave_exit_status(code: int) -> None:
     rank after a restart, not its parent, learns from it how the rank ended (launched under the job contract's
     environment only)."""
     job_dir, rank = os.environ.get("OAK_JOB_DIR"), os.environ.get("OAK_RANK", "")
-    if job_dir and rank.isdigit():
+    if job_dir and rank.isdigit() and not oak.job.fenced():  # a fenced rank's status is not the job's
         from oak.runtime.procs import write_exit_status
 
         with contextlib.suppress(OSError):

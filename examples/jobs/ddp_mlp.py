@@ -1,8 +1,9 @@
 """A torchrun-style PyTorch DDP script under OAK's job contract (docs/jobs.md).
 
-Nothing here is OAK-specific but three calls of ``oak.job``: the rendezvous is torch.distributed's ``env://``
+Nothing here is OAK-specific but four calls of ``oak.job``: the rendezvous is torch.distributed's ``env://``
 (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK — set by OAK as by torchrun), the checkpoint goes to
-``OAK_CHECKPOINT_DIR``, and ``report`` / ``should_stop`` tell the scheduler the step and hear its SIGTERM. The
+``OAK_CHECKPOINT_DIR`` through ``commit`` (which refuses a rank of an incarnation a newer one replaced), and
+``report`` / ``should_stop`` tell the scheduler the step and hear its SIGTERM. The
 same file runs under ``torchrun --nproc-per-node 2 examples/jobs/ddp_mlp.py`` or by hand.
 
 It fits a linear regression target with a small MLP on synthetic data (the batch of rank r at step s is drawn
@@ -17,7 +18,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import socket
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -32,6 +35,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64, help="global batch, split over the ranks")
     ap.add_argument("--ckpt-every", type=int, default=20)
     ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--step-sleep", type=float, default=0.0, help="seconds to wait each step (to watch a run)")
     a = ap.parse_args()
     world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -52,16 +56,27 @@ def main() -> int:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step = int(state["step"])
-    print(f"rank {rank}/{world}: resuming at step {step}", flush=True)
+    print(f"rank {rank}/{world}: resuming at step {step} (on {socket.gethostname()})", flush=True)
     oak.job.should_stop()  # installs the SIGTERM handler now: a stop from here on is checkpointed
     net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    if world > 1:
+        # DDP regroups its gradient buckets after the first backward, and a gradient's sum over the ranks depends
+        # on its place in its bucket (gloo reduces a bucket in chunks that start at different ranks): one backward
+        # of zero loss first makes every step — of an uninterrupted run and after a resume alike — run on the
+        # regrouped buckets, so a resumed run ends bit-identical to an uninterrupted one
+        (net(torch.zeros(1, 16, device=device)).sum() * 0.0).backward()
+        opt.zero_grad()
     target = torch.linspace(-1, 1, 16, device=device)
 
     def save() -> None:
         if rank == 0:
             tmp = path.with_suffix(".tmp")
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
-            os.replace(tmp, path)  # atomic: a kill leaves the old checkpoint or the new one
+            # atomic (a kill leaves the old checkpoint or the new one), and only while this incarnation is the
+            # job's current one: a rank of an older one, woken up after a partition, writes nothing
+            if not oak.job.commit(tmp, path):
+                print(f"rank {rank}: fenced at step {step}: a newer incarnation runs this job", flush=True)
+                raise SystemExit(3)
 
     loss = torch.tensor(0.0)
     while step < a.steps:
@@ -73,6 +88,8 @@ def main() -> int:
         loss.backward()
         opt.step()
         step += 1
+        if a.step_sleep > 0:
+            time.sleep(a.step_sleep)
         oak.job.report(step, total_steps=a.steps, batch_size=a.batch)
         stop = torch.tensor([1.0 if oak.job.should_stop() else 0.0], device=device)
         if world > 1:

@@ -14,6 +14,7 @@ from oak.cli.common import app, console, err_console, fail, jobs_table
 
 if TYPE_CHECKING:
     from oak.runtime.executor import Executor
+    from oak.runtime.nodes import RuntimeNode
 
 
 def print_run_table(result: Any, title: str) -> None:
@@ -63,6 +64,10 @@ def run_jobs(
         str, typer.Option(help="local (processes), ray, or slurm (one SLURM batch job per incarnation).")
     ] = "local",
     address: Annotated[str | None, typer.Option(help="Ray address (default: start a local Ray).")] = None,
+    cluster_from: Annotated[
+        str | None,
+        typer.Option(help="slurm|ray: plan over the running cluster's nodes (jobs may span nodes); as --backend."),
+    ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the run as JSON to this path.")] = None,
     max_retries: Annotated[
         int, typer.Option(help="A job failing this many times in a row without progress fails for good.")
@@ -99,9 +104,10 @@ def run_jobs(
     directory = (
         run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
     )
-    executor, devices, kind = make_executor(backend, gpus, cpu_slots, address, directory)
+    executor, devices, kind, nodes = make_executor(backend, gpus, cpu_slots, address, directory, cluster_from)
     ptype = profile_type_of(profile_type, kind, catalog)
     opts = RuntimeOptions(
+        nodes=nodes,
         devices=devices,
         device_kind=kind,
         profile_type=ptype,
@@ -172,13 +178,27 @@ def profile_type_of(profile_type: str | None, kind: str, catalog: Any) -> str:
 
 
 def make_executor(
-    backend: str, gpus: str | None, cpu_slots: int | None, address: str | None, run_dir: Path
-) -> tuple[Executor, int, str]:
+    backend: str,
+    gpus: str | None,
+    cpu_slots: int | None,
+    address: str | None,
+    run_dir: Path,
+    cluster_from: str | None = None,
+) -> tuple[Executor, int, str, tuple[RuntimeNode, ...]]:
     """The executor of ``--backend`` (``oak.runtime.backends``) and the devices it owns, (executor, devices,
-    kind): ``--cpu-slots N``, or ``--gpus auto|N`` — counted locally, or checked against the Ray cluster's GPUs /
-    the SLURM partition's largest node at once (a request beyond them exits 2)."""
-    from oak.runtime.backends import BackendRequest
+    kind, nodes): ``--cpu-slots N``, or ``--gpus auto|N`` — counted locally, or checked against the Ray cluster's
+    GPUs / the SLURM partition's largest node at once (a request beyond them exits 2). ``--cluster-from
+    slurm|ray`` (the same as ``--backend``): the run owns the cluster's nodes (``nodes``), its devices may be
+    all of theirs, and a job may span several."""
+    from oak.runtime.backends import BackendRequest, cluster_nodes
     from oak.runtime.backends import make_executor as backend_executor
+
+    if cluster_from is not None and cluster_from not in ("slurm", "ray"):
+        fail(f"--cluster-from {cluster_from!r}: expected slurm or ray")
+    if cluster_from is not None and cluster_from != backend:
+        fail(
+            f"--cluster-from {cluster_from} reads the nodes of the cluster it runs on: use it with --backend {cluster_from}"
+        )
 
     kind: Literal["cpu", "gpu"]
     devices: int | None
@@ -188,8 +208,11 @@ def make_executor(
         devices, kind = (None if gpus == "auto" else _gpu_spec(gpus or "auto")), "gpu"
     else:
         devices, kind = _gpu_count(gpus or "auto"), "gpu"
-    executor, owned = backend_executor(backend, BackendRequest(kind, devices, address, run_dir))
-    return executor, owned, kind
+    executor, owned = backend_executor(
+        backend, BackendRequest(kind, devices, address, run_dir, cluster_from is not None)
+    )
+    nodes = cluster_nodes(executor, owned) if cluster_from is not None else ()
+    return executor, owned, kind, nodes
 
 
 def _gpu_spec(spec: str) -> int:

@@ -46,6 +46,10 @@ def serve(
     ] = None,
     backend: Annotated[str, typer.Option(help="local (processes), ray or slurm.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray address (default: start a local Ray).")] = None,
+    cluster_from: Annotated[
+        str | None,
+        typer.Option(help="slurm|ray: plan over the running cluster's nodes (jobs may span nodes); as --backend."),
+    ] = None,
     listen: Annotated[
         str | None,
         typer.Option(help="Also serve HTTP on HOST:PORT (GET /metrics, POST /v1/request), token in RUN_DIR/token."),
@@ -98,9 +102,10 @@ def serve(
         fail(f"--run-dir {run_dir}: exists and is not a directory")
     pol = make_policy(policy, seed=seed)
     catalog = Catalog.load()
-    executor, devices, kind = make_executor(backend, gpus, cpu_slots, address, Path(run_dir))
+    executor, devices, kind, nodes = make_executor(backend, gpus, cpu_slots, address, Path(run_dir), cluster_from)
     ptype = profile_type_of(profile_type, kind, catalog)
     opts = RuntimeOptions(
+        nodes=nodes,
         devices=devices,
         device_kind=kind,
         profile_type=ptype,

@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from oak.runtime.jobs_file import RuntimeJob
 from oak.runtime.launch import DONE_FILE, read_status
+from oak.runtime.nodes import RuntimeNode
 
 JobState = Literal["running", "done", "stopped", "failed"]
 
@@ -46,12 +47,15 @@ def classify(codes: Sequence[int | None], *, command: bool, stop_requested: bool
 
 @dataclass(frozen=True)
 class Launch:
-    """One incarnation to start: the job, its directory, the device ids it gets and the worker seed."""
+    """One incarnation to start: the job, its directory, the device ids it gets and the worker seed; on a
+    run over a cluster's nodes (``--cluster-from``), ``hosts``: the node of each rank, rank 0 first (empty: the
+    backend's one node, or wherever it places the ranks)."""
 
     job: RuntimeJob
     job_dir: Path
     devices: tuple[int, ...]
     seed: int
+    hosts: tuple[RuntimeNode, ...] = ()
 
 
 @dataclass(frozen=True)

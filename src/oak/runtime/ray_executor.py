@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import os
 import signal
 import socket
@@ -47,6 +48,7 @@ from oak.errors import OakInputError
 from oak.runtime.executor import Launch, job_spec
 from oak.runtime.incarnations import Incarnations, Ranks
 from oak.runtime.launch import prepare_job_dir, rank_commands, spawn_rank
+from oak.runtime.nodes import NodeLost, RuntimeNode, probe
 from oak.runtime.procs import die_with_parent, write_exit_status
 
 try:
@@ -81,6 +83,8 @@ RAY_NAMESPACE = "oak"
 """Namespace of the rank actors: a restarted scheduler (another Ray job) finds them by name there."""
 KILL_WAIT_S = 10.0
 """Bound on waiting for SIGKILLed ranks to be reaped."""
+NODE_SHARE = 0.001
+"""How much of a node's ``node:<address>`` resource each bundle of a rank planned there asks for."""
 _DIED = -(10**6)
 """Pseudo exit code of a rank whose actor died (killed, crashed, node lost)."""
 
@@ -217,6 +221,12 @@ def _check_reachable(address: str, timeout_s: float) -> None:
         ) from exc
 
 
+def _addr_key(addr: str) -> tuple[int, str]:
+    with contextlib.suppress(ValueError):
+        return int(ipaddress.ip_address(addr)), addr
+    return -1, addr
+
+
 def _cuda_gpus() -> int:
     try:
         import torch
@@ -315,6 +325,37 @@ class RayBackend:
     def _bundle(self) -> dict[str, float]:
         return {self.resource: 1.0}
 
+    def nodes(self, *, fresh: bool = False) -> list[RuntimeNode]:
+        """The cluster's nodes with the run's resource (``oak_slot`` or ``GPU``), by address (a node's name
+        here: a raylet started again on the same machine is the same node), in address order; up while a
+        raylet of it is alive. Ray is asked every time (``fresh`` is implied)."""
+        seen: dict[str, RuntimeNode] = {}
+        for row in _RAY.nodes():
+            addr = str(row.get("NodeManagerAddress", ""))
+            count = int(float(row.get("Resources", {}).get(self.resource, 0.0)))
+            alive = bool(row.get("Alive"))
+            if not addr or (count < 1 and addr not in seen):
+                continue
+            old = seen.get(addr)
+            if old is None or (alive and not old.up):
+                seen[addr] = RuntimeNode(addr, addr, max(count, old.slots if old else 1), alive)
+        return [seen[a] for a in sorted(seen, key=_addr_key)]
+
+    def _probe_nodes(self, item: Launch) -> None:
+        """Each node ``item`` is planned on: alive in Ray's view and its raylet answering (a node killed or cut
+        off a moment ago is still alive for Ray until its health checks fail; reserving there would wait in
+        vain). Raises :class:`~oak.runtime.nodes.NodeLost` for the first that is not."""
+        ports: dict[str, int] = {}
+        for row in _RAY.nodes():
+            if row.get("Alive"):
+                ports[str(row.get("NodeManagerAddress", ""))] = int(row.get("NodeManagerPort", 0) or 0)
+        for node in dict.fromkeys(item.hosts):
+            if node.addr not in ports:
+                raise NodeLost(node.name, "Ray lists no live raylet there")
+            why = probe(node.addr, ports[node.addr]) if ports[node.addr] else None
+            if why is not None:
+                raise NodeLost(node.name, f"its raylet does not answer ({why})")
+
     def _strategy(self, n: int) -> str:
         """STRICT_PACK when some node can hold all ``n`` bundles, else PACK."""
         best = 0.0
@@ -401,7 +442,13 @@ class RayBackend:
         n = len(item.devices)
         if n < 1:
             raise OakInputError(f"job {name!r}: launched on no devices")
-        bundles = [self._bundle() for _ in range(n)]
+        if item.hosts and len(item.hosts) != n:
+            raise OakInputError(f"job {name!r}: {len(item.hosts)} rank node(s) for {n} device(s)")
+        self._probe_nodes(item)
+        # each rank's node as planned: Ray's per-node resource ("node:<address>") in its bundle
+        bundles = [{**self._bundle(), f"node:{h.addr}": NODE_SHARE} for h in item.hosts] or [
+            self._bundle() for _ in range(n)
+        ]
         total = float(_RAY.cluster_resources().get(self.resource, 0.0))
         if n > total:
             raise OakInputError(
@@ -421,7 +468,7 @@ class RayBackend:
         for stale, (pg_id, size) in self._groups_of(job_dir, name).items():  # a dead scheduler's, not adopted
             self._remove_group(stale, pg_id, size)
         pg_name = f"{PG_PREFIX}:{self._run_tag(job_dir)}:{name}:{uuid.uuid4().hex[:8]}"
-        strategy = self._strategy(n)
+        strategy = "PACK" if item.hosts else self._strategy(n)
         # detached, as its actors: an incarnation outlives its scheduler (a restarted one adopts it, or removes it)
         pg = placement_group(bundles, strategy=strategy, name=pg_name, lifetime="detached")
         rec = _Incarnation(name, job_dir, pg, pg_name, [], [], {})
@@ -632,6 +679,10 @@ class RayExecutor(Incarnations):
 
     def actors(self, name: str) -> list[Any]:
         return self.backend.actors(name) if name in self._live else []
+
+    def nodes(self, *, fresh: bool = False) -> list[RuntimeNode]:
+        """See :meth:`RayBackend.nodes` (this makes the executor a :class:`~oak.runtime.nodes.NodeListing`)."""
+        return self.backend.nodes(fresh=fresh)
 
     def reconcile(self, intended: dict[str, tuple[int, ...]]) -> list[str]:
         issues = super().reconcile(intended)

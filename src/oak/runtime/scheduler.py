@@ -60,6 +60,7 @@ from oak.runtime.jobs_file import JobsFile, RuntimeJob, job_from_dict, job_to_di
 from oak.runtime.launch import log_tail, read_status
 from oak.runtime.learned import LearnedGoodput
 from oak.runtime.lifecycle import JobPhase, enter, phase_of
+from oak.runtime.nodes import NodeListing, NodeLost, RuntimeNode, check_nodes, hosts_of, nodes_cluster
 from oak.runtime.procs import gone, is_rank_of, ranks_under, read_exit_status, wait_gone
 from oak.runtime.store import JobRecord, RunStore
 from oak.workloads import Workload
@@ -70,7 +71,8 @@ Progress = Callable[[float, int, int], None]
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """Run settings. ``devices``: CPU slots or GPUs the scheduler owns (one node of that many);
+    """Run settings. ``devices``: CPU slots or GPUs the scheduler owns (one node of that many, unless
+    ``nodes`` lists the cluster's nodes it owns: ``--cluster-from``, whose slots add up to ``devices``);
     ``profile_type``: the catalog GPU type whose goodput model scores allocations; ``round_s``: seconds per
     round; ``tick_s``: polling interval (s); ``stop_timeout_s``: wait for a checkpointing stop before SIGKILL;
     ``time_limit_s``: stop the run (unfinished jobs reported) after this many seconds of run clock;
@@ -94,8 +96,15 @@ class RuntimeOptions:
     max_retries: int = 3
     retry_backoff_s: float = 30.0
     retry_failed: bool = False
+    nodes: tuple[RuntimeNode, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.nodes:
+            check_nodes(self.nodes)
+            if sum(n.slots for n in self.nodes) != self.devices:
+                raise OakInputError(
+                    f"devices={self.devices!r}: expected the nodes' {sum(n.slots for n in self.nodes)} slots in all"
+                )
         if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
             raise OakInputError(f"devices={self.devices!r}: expected a positive integer (CPU slots or GPUs)")
         if self.device_kind not in ("cpu", "gpu"):
@@ -118,10 +127,18 @@ class RuntimeOptions:
 
 
 def runtime_cluster(opts: RuntimeOptions) -> Cluster:
-    """One node holding the run's devices, scored with ``profile_type``'s goodput model."""
+    """The run's nodes (one node holding the run's devices, unless ``opts.nodes`` lists them), scored with
+    ``profile_type``'s goodput model."""
+    if opts.nodes:
+        name = f"{len(opts.nodes)}x-{opts.device_kind}"
+        return nodes_cluster(opts.nodes, opts.profile_type, name)
     return homogeneous_cluster(opts.profile_type, 1, opts.devices, name=f"{opts.devices}-{opts.device_kind}")
 
 
+NODE_POLL_S = 2.0
+"""How often (s) a run over a cluster's nodes looks at their state."""
+NODE_HOLD_S = 30.0
+"""How long (s) a node a launch found unreachable stays down before the cluster's listing decides again."""
 MAX_BACKOFF_S = 600.0
 MAX_STEP_S = 86_400.0
 MAX_TIMED_STEPS = 10**9
@@ -206,6 +223,15 @@ class RuntimeScheduler:
         self._start_wall = 0.0
         self.failure_notes: dict[str, str] = {}
         """Job → the last failure's description and its ranks' log tails (for ``oak run``'s report)."""
+        self.node_down = np.zeros(len(opts.nodes), dtype=bool)
+        """Per node of ``opts.nodes``: down (or no longer listed) at the last look (``_watch_nodes``)."""
+        self.node_failures = np.zeros(len(opts.nodes), dtype=np.int64)
+        """Per node of ``opts.nodes``: how often this scheduler saw it go down (the failure-aware placement's
+        node health, as the simulator's ``JobsState.node_failures``)."""
+        self._nodes_seen_at = -math.inf
+        self._node_hold = np.full(len(opts.nodes), -math.inf)
+        """Per node: until when (scheduler clock) it stays down whatever the cluster lists (a launch's probe
+        found it unreachable before the cluster did)."""
 
     def _build(self, jobs: list[RuntimeJob], records: list[JobRecord] | None = None) -> None:
         """(Re)build the model of the job set: once at start, and in ``oak serve`` whenever jobs are submitted
@@ -254,9 +280,15 @@ class RuntimeScheduler:
         """What a run directory's run is: a resumed run must be the same one."""
         o = self.opts
         if self.serving:  # the job set is what was submitted (in the store), not part of the identity
-            fields = {"policy": self.policy.name, "seed": o.seed, "devices": o.devices, "kind": o.device_kind}
+            fields: dict[str, Any] = {"policy": self.policy.name, "seed": o.seed, "devices": o.devices}
+            fields["kind"] = o.device_kind
+            if o.nodes:  # which node is which is part of every placement recorded
+                fields["nodes"] = [[n.name, n.slots] for n in o.nodes]
             return json.dumps({"serve": 1, **fields, "profile_type": o.profile_type}, sort_keys=True)
-        text = repr((self.jobs, self.policy.name, o.seed, o.devices, o.profile_type))
+        ident: tuple[Any, ...] = (self.jobs, self.policy.name, o.seed, o.devices, o.profile_type)
+        if o.nodes:
+            ident += (tuple((n.name, n.slots) for n in o.nodes),)
+        text = repr(ident)
         return hashlib.sha256(text.encode()).hexdigest()
 
     # ------------------------------------------------------------------ run
@@ -316,6 +348,7 @@ class RuntimeScheduler:
         changed = self._observe(records, now, dt)
         changed |= self._advance_stops(records, now)
         changed |= self._inject_failures(records, now)
+        changed |= self._watch_nodes(records, now)
         if changed:
             self._due = True
         for j, r in zip(self.jobs, records, strict=True):
@@ -345,9 +378,9 @@ class RuntimeScheduler:
             self._build(list(self.jobs), records)
         if self._due and any(r.arrived and not r.over for r in records):
             assert self.st is not None
+            self._due = False  # before the round: what its enactment finds (a node lost at launch) asks for another
             self._decide(records, self.st, now)
             self._live.last_round_k = math.floor(now / self.opts.round_s)
-            self._due = False
         changing = self._changing(records)
         for r in changing:  # what no event recorded (none should be left: the suite checks it strictly)
             self._settle(r, now, "observed")
@@ -479,6 +512,11 @@ class RuntimeScheduler:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start))
         write_atomic(self.run_dir / RUN_MARKER, json.dumps({"started": stamp, "start_wall": start}) + "\n", mode=0o600)
 
+    def _item(self, job: RuntimeJob, devices: tuple[int, ...]) -> Launch:
+        """One incarnation of ``job`` on ``devices``, each rank's node named when the run owns a cluster's nodes."""
+        hosts = hosts_of(self.opts.nodes, devices) if self.opts.nodes else ()
+        return Launch(job, self.job_dir(job), devices, self.opts.seed, hosts)
+
     def _resume_running(self, records: list[JobRecord]) -> None:
         """After a scheduler restart: adopt every job whose recorded incarnation still runs whole (all its
         ranks alive and its own, and a backend that can follow it), so that the restart costs it nothing; then
@@ -487,7 +525,7 @@ class RuntimeScheduler:
         for job, r in zip(self.jobs, records, strict=True):
             if r.launched_at_s is None or r.over or not r.pids:
                 continue
-            item = Launch(job, self.job_dir(job), tuple(r.devices), self.opts.seed)
+            item = self._item(job, tuple(r.devices))
             if self.executor.adopt(item, list(r.pids)):
                 r.adopted += 1
                 r.history.append([round(t, 3), r.phase, "adopted by a restarted scheduler"])
@@ -787,6 +825,72 @@ class RuntimeScheduler:
             hit = True
         return hit
 
+    def _watch_nodes(self, records: list[JobRecord], now: float) -> bool:
+        """A run over a cluster's nodes whose backend lists them (``NodeListing``): look at the nodes at most
+        every ``NODE_POLL_S`` s. A node that went down (or left the listing) holds no devices from the next
+        round on and counts one observed failure for the failure-aware placement; every job with a rank on
+        it is killed and failed there, as an injected failure is (a lost node is not the job's fault: no
+        back-off). A node that is up again takes jobs again. True if a node changed state."""
+        if not self.opts.nodes or not isinstance(self.executor, NodeListing):
+            return False
+        t = self.clock.time()
+        if t - self._nodes_seen_at < NODE_POLL_S:
+            return False
+        self._nodes_seen_at = t
+        try:
+            listing = {n.name: n for n in self.executor.nodes(fresh=True)}
+        except (RuntimeError, OSError) as exc:  # the cluster does not answer now: the next look asks again
+            self._event({"event": "nodes-unknown", "t": round(now, 3), "error": str(exc)[:300]})
+            return False
+        changed = False
+        for k, node in enumerate(self.opts.nodes):
+            seen = listing.get(node.name)
+            down = seen is None or not seen.up or t < self._node_hold[k]
+            if down == bool(self.node_down[k]):
+                continue
+            changed = True
+            if down:
+                self._node_down(
+                    k, records, now, "the cluster lists it down" if seen is not None else "no longer listed"
+                )
+            else:
+                self.node_down[k] = False
+                self._event({"event": "node-up", "t": round(now, 3), "node": node.name})
+        return changed
+
+    def _node_down(self, k: int, records: list[JobRecord], now: float, why: str) -> None:
+        """Node ``k`` is down (``why``): it holds no devices from the next round on, counts one observed failure,
+        and every job with a rank on it is killed and failed there, as an injected failure is."""
+        node = self.opts.nodes[k]
+        self.node_down[k] = True
+        self.node_failures[k] += 1
+        self._event({"event": "node-down", "t": round(now, 3), "node": node.name, "why": why})
+        for i, (job, r) in enumerate(zip(self.jobs, records, strict=True)):
+            if r.launched_at_s is None or i in self._live.stopping:
+                continue
+            if not any(h.name == node.name for h in hosts_of(self.opts.nodes, r.devices)):
+                continue
+            self.executor.kill(job.name)
+            self._release(job, r)
+            r.failures += 1
+            self.failure_notes[job.name] = f"node {node.name} went down under it ({why})"
+            self._settle(r, now, f"node {node.name} went down ({why}; SIGKILL to what is left)")
+
+    def _node_lost(self, job: RuntimeJob, r: JobRecord, now: float, exc: NodeLost) -> None:
+        """A launch found a node it was planned on unreachable before the cluster noticed: the node is held
+        down for ``NODE_HOLD_S`` (the cluster's listing decides after that) and the next round plans again; the
+        job waits, no failure of its own."""
+        with contextlib.suppress(Exception):
+            self.executor.kill(job.name)
+        r.unplace()
+        self._due = True
+        k = next((k for k, n in enumerate(self.opts.nodes) if n.name == exc.node), None)
+        if k is not None:
+            self._node_hold[k] = self.clock.time() + NODE_HOLD_S
+            if not self.node_down[k]:
+                self._node_down(k, self.records, now, f"a launch found it unreachable: {exc}")
+        self._settle(r, now, f"launch deferred: {exc}")
+
     # ------------------------------------------------------------------ decide
     def _fill_state(self, records: list[JobRecord], st: JobsState) -> None:
         total = self.model.total
@@ -802,6 +906,8 @@ class RuntimeScheduler:
             st.config[i], st.shape[i] = r.config, r.shape
             st.gpus[i] = tuple(r.devices)
             st.restore_left[i] = 1.0 if (r.launched_at_s is not None and not r.ready) else 0.0
+        st.node_down = self.node_down.copy()
+        st.node_failures = self.node_failures.copy()
 
     def _decide(self, records: list[JobRecord], st: JobsState, now: float) -> None:
         self._fill_state(records, st)
@@ -1005,7 +1111,10 @@ class RuntimeScheduler:
                 if job.is_command:  # its first report after this launch is the new incarnation's
                     with contextlib.suppress(FileNotFoundError):
                         (self.job_dir(job) / "status.json").unlink()
-                self.executor.launch(Launch(job, self.job_dir(job), devs, self.opts.seed))
+                self.executor.launch(self._item(job, devs))
+            except NodeLost as exc:
+                self._node_lost(job, r, now, exc)
+                continue
             except (OakInputError, RuntimeError, OSError) as exc:
                 self._launch_failed(job, r, now, exc)
                 continue

@@ -1,6 +1,6 @@
 """The SLURM executor of ``oak run --backend slurm``: each job incarnation as one SLURM batch job.
 
-An incarnation of W ranks is submitted with ``sbatch --nodes=1 --ntasks=W`` (one CPU per rank for CPU slots,
+An incarnation of W ranks on one node is submitted with ``sbatch --nodes=1 --ntasks=W`` (one CPU per rank for CPU slots,
 ``--gres=gpu:W`` for GPUs) and ``--no-requeue``, named ``oak-<run tag>-<job>`` with the comment
 ``oak:<run tag>:<job>:<incarnation>`` (the run tag hashes the run directory, as the Ray executor's does). Its batch
 script, written into ``JOB_DIR/slurm/<incarnation>/``, runs this module's supervisor
@@ -11,6 +11,12 @@ script, written into ``JOB_DIR/slurm/<incarnation>/``, runs this module's superv
 that fails, and exits 0 only when every rank did. The ranks die with the supervisor (``PR_SET_PDEATHSIG``):
 ``proctrack/linuxproc`` loses track of a process whose parent died.
 
+* **across nodes** (a launch whose ranks are planned on several nodes: ``--cluster-from slurm``): the job is
+  submitted with ``--distribution=arbitrary`` and ``SLURM_HOSTFILE`` naming each rank's node, its batch script
+  is one ``srun`` step of one supervisor per node (``--node-agent``: the ranks planned there, ``pids-NODE.json``),
+  ``MASTER_ADDR`` is rank 0's node's ``NodeAddr`` and its supervisor publishes a command's port (``port``);
+  signals go to that step, not to the batch step (``srun`` would end the step on SIGTERM). A launch first
+  probes each planned node (up in ``sinfo``, its slurmd answering): ``NodeLost`` if one is not;
 * **launch** waits (``start_timeout_s``, default 60 s) until the supervisor has started every rank (so that the
   scheduler records their pids); a job SLURM does not start in time is cancelled and the launch fails;
 * **stop** is ``scancel --signal=TERM --full`` (every rank checkpoints at its next step boundary and exits 0),
@@ -61,6 +67,7 @@ from oak.runtime.launch import (
     rank_commands,
     spawn_rank,
 )
+from oak.runtime.nodes import NodeLost, RuntimeNode, probe
 from oak.runtime.procs import die_with_parent, write_exit_status
 
 PREFIX = "oak"
@@ -134,11 +141,17 @@ def client_env() -> dict[str, str] | None:
     return {**os.environ, "SLURM_CONF": str(LOCAL_CLUSTER_CONF)}
 
 
-def slurm_command(args: Sequence[str], timeout_s: float, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+def slurm_command(
+    args: Sequence[str], timeout_s: float, *, check: bool = True, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run one SLURM client command (argument list, no shell) in its own process group, killed with the group
-    after ``timeout_s`` seconds. Raises RuntimeError naming the command: on a timeout, or (``check``) on a
-    non-zero exit with its stderr; OakInputError when the command is not installed."""
+    after ``timeout_s`` seconds; ``extra_env`` is added to its environment. Raises RuntimeError naming the
+    command: on a timeout, or (``check``) on a non-zero exit with its stderr; OakInputError when the command is
+    not installed."""
     argv = [str(a) for a in args]
+    env = client_env()
+    if extra_env:
+        env = {**(env if env is not None else os.environ), **extra_env}
     try:
         proc = subprocess.Popen(
             argv,
@@ -147,7 +160,7 @@ def slurm_command(args: Sequence[str], timeout_s: float, *, check: bool = True) 
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
-            env=client_env(),
+            env=env,
         )
     except FileNotFoundError as exc:
         raise OakInputError(
@@ -178,6 +191,33 @@ def _gres_gpus(gres: str) -> int:
         if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
             total += int(fields[-1])
     return total
+
+
+def _read_pids(inc_dir: Path, nodes: Sequence[str]) -> dict[str, Any] | None:
+    """What the supervisor of an incarnation recorded once every rank started (``pids.json``: ``pids`` in rank
+    order, ``host``; or ``error``); of one that spans ``nodes``, the records of each node's supervisor
+    merged (None until every node's is there)."""
+    if not nodes:
+        try:
+            obj = json.loads((inc_dir / PIDS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return obj if isinstance(obj, dict) else None
+    pids: dict[int, int] = {}
+    for node in nodes:
+        try:
+            obj = json.loads((inc_dir / f"pids-{node}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(obj, dict):
+            return None
+        if obj.get("error"):
+            return {"error": f"on node {node}: {obj['error']}"}
+        try:
+            pids.update({int(r): int(p) for r, p in dict(obj.get("pids", {})).items()})
+        except (TypeError, ValueError):
+            return None
+    return {"pids": [pids[r] for r in sorted(pids)], "host": ""}
 
 
 def _read_int(path: Path) -> int | None:
@@ -215,6 +255,8 @@ class _Job:
     incarnation: str
     pids: list[int] = field(default_factory=list)
     host: str = ""
+    nodes: tuple[str, ...] = ()
+    """The nodes of an incarnation that spans several (each runs a supervisor of its ranks); empty: one."""
     stop_requested: bool = False
     verdict: tuple[tuple[int | None, ...], str] | None = None
     """Once the incarnation has ended: its ranks' exit statuses, and why SLURM failed it apart from them."""
@@ -227,7 +269,7 @@ class _Job:
 
 
 class SlurmBackend:
-    """Runs each job incarnation as one SLURM batch job on one node (see the module doc): a
+    """Runs each job incarnation as one SLURM batch job (see the module doc): a
     :class:`~oak.runtime.incarnations.Backend` (launch, kill, list) that can adopt and knows what it could not
     reap.
 
@@ -237,7 +279,9 @@ class SlurmBackend:
     node's GPUs. ``run_dir``: the run directory, if known (else its tag is taken from the first launch's job
     directory). ``sbatch_args`` are added to every ``sbatch`` (e.g. ``--account=X``; ``SBATCH_*`` environment
     variables work too). ``command_timeout_s`` bounds every SLURM command, ``start_timeout_s`` a launch's wait
-    for its ranks, ``poll_s`` the age of the cached ``squeue`` listing.
+    for its ranks, ``poll_s`` the age of the cached ``squeue`` listing. ``span_nodes``: the run plans over the
+    partition's nodes (``nodes()``; ``--cluster-from slurm``), so ``devices`` is bounded by all of them and a
+    launch names each rank's node.
     """
 
     def __init__(
@@ -252,6 +296,7 @@ class SlurmBackend:
         start_timeout_s: float = START_TIMEOUT_S,
         poll_s: float = POLL_S,
         python: str = sys.executable,
+        span_nodes: bool = False,
     ) -> None:
         if device_kind not in ("cpu", "gpu"):
             raise OakInputError(f"device_kind={device_kind!r}: expected 'cpu' or 'gpu'")
@@ -283,35 +328,47 @@ class SlurmBackend:
         self._tag: str | None = None
         self._swept: set[str] = set()
         self._issues: list[str] = []
+        self._slurmd_port: int | None = None
+        self._spread: set[str] = set()
+        """SLURM job ids of incarnations on several nodes: their batch step is ``srun``, which a signal would
+        make end the step at once; they are signalled through their steps (each node's supervisor)."""
+        self.span_nodes = span_nodes
         try:
-            self.partition, self.node_capacity, self.nodes = self._partition(
-                partition or os.environ.get("SBATCH_PARTITION") or None
-            )
+            self.partition, self.node_slots = self._partition(partition or os.environ.get("SBATCH_PARTITION") or None)
         except RuntimeError as exc:  # no controller answers: the user's setup, before anything started
             raise OakInputError(
                 f"--backend slurm: cannot reach SLURM ({exc}); check SLURM_CONF and `scontrol ping`, or start a "
                 "local cluster with scripts/local-slurm start (docs/slurm.md)"
             ) from exc
+        self.node_names = sorted(self.node_slots)
+        self.node_capacity = max(self.node_slots.values(), default=0)
+        room = sum(self.node_slots.values()) if span_nodes else self.node_capacity
         what = "CPU(s)" if self._kind == "cpu" else "GPU(s)"
         if devices is None:
-            devices = self.node_capacity
+            devices = room
             if devices < 1:
                 raise OakInputError(
                     f"--gpus auto: SLURM partition {self.partition!r} has no node with GPUs (gres/gpu) among "
-                    f"{', '.join(self.nodes)}; run on CPU slots with --cpu-slots N"
+                    f"{', '.join(self.node_names)}; run on CPU slots with --cpu-slots N"
                 )
         if self.node_capacity < 1:
             raise OakInputError(
                 f"{'--cpu-slots' if self._kind == 'cpu' else '--gpus'} {devices}: SLURM partition "
-                f"{self.partition!r} has no {what} on its nodes ({', '.join(self.nodes) or 'none'})"
+                f"{self.partition!r} has no {what} on its nodes ({', '.join(self.node_names) or 'none'})"
                 + ("; run on CPU slots with --cpu-slots N" if self._kind == "gpu" else "")
             )
-        if devices > self.node_capacity:
+        if span_nodes and devices > room:
+            flag = "--cpu-slots" if self._kind == "cpu" else "--gpus"
+            raise OakInputError(
+                f"{flag} {devices}: SLURM partition {self.partition!r} has {room} {what} on its nodes "
+                f"({', '.join(f'{n}: {c}' for n, c in sorted(self.node_slots.items()))})"
+            )
+        if not span_nodes and devices > self.node_capacity:
             flag = "--cpu-slots" if self._kind == "cpu" else "--gpus"
             raise OakInputError(
                 f"{flag} {devices}: SLURM partition {self.partition!r} has at most {self.node_capacity} {what} on one "
-                f"node ({', '.join(self.nodes)}), and oak runs each job on one node; ask for at most "
-                f"{self.node_capacity}"
+                f"node ({', '.join(self.node_names)}), and without --cluster-from slurm oak runs each job on one node; "
+                f"ask for at most {self.node_capacity}, or plan over the partition's nodes with --cluster-from slurm"
             )
         self.devices: int = devices
         if run_dir is not None:
@@ -321,17 +378,52 @@ class SlurmBackend:
     def _cmd(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return slurm_command(list(args), self.command_timeout_s, check=check)
 
-    def _partition(self, partition: str | None) -> tuple[str, int, list[str]]:
-        """(partition, the most CPUs or GPUs of one of its nodes, its nodes) from ``sinfo -N``."""
+    def _sinfo(self) -> list[list[str]]:
+        """``sinfo -N`` rows: partition, node, CPUs, gres, NodeAddr, state."""
         timeout_s = min(self.command_timeout_s, 15.0)
-        rows = slurm_command(["sinfo", "-h", "-N", "-o", "%P|%N|%c|%G"], timeout_s).stdout.splitlines()
+        rows = slurm_command(["sinfo", "-h", "-N", "-o", "%P|%N|%c|%G|%o|%T"], timeout_s).stdout.splitlines()
+        return [f for f in (row.strip().split("|") for row in rows) if len(f) == 6]
+
+    def nodes(self, *, fresh: bool = False) -> list[RuntimeNode]:
+        """The partition's nodes with devices of the run's kind, in SLURM's order, each with its ``NodeAddr``
+        and whether it is up: a state SLURM places jobs on (idle, mixed, allocated, completing), responding
+        (no ``*``). ``sinfo`` is asked every time (``fresh`` is implied)."""
+        out: list[RuntimeNode] = []
+        for part, node, cpus, gres, addr, state in self._sinfo():
+            if part.rstrip("*") != self.partition:
+                continue
+            count = _gres_gpus(gres) if self._kind == "gpu" else (int(cpus) if cpus.isdigit() else 0)
+            if count < 1:
+                continue
+            base = state.rstrip("*~#!%$@^-+")
+            up = base in ("idle", "mixed", "allocated", "completing") and not state.endswith("*")
+            out.append(RuntimeNode(node, addr or node, count, up))
+        return out
+
+    def _probe_nodes(self, hosts: Sequence[RuntimeNode]) -> None:
+        """Each node of a planned launch: up in SLURM's view and its slurmd answering (a node killed or cut off
+        a moment ago is up for SLURM until a ping fails; a job sent there would wait in vain). Raises
+        :class:`~oak.runtime.nodes.NodeLost` for the first that is not."""
+        if not hosts:
+            return
+        state = {n.name: n for n in self.nodes()}
+        if self._slurmd_port is None:
+            conf = self._cmd("scontrol", "show", "config", check=False).stdout
+            port = next((ln.split("=", 1)[1].strip() for ln in conf.splitlines() if ln.startswith("SlurmdPort")), "")
+            self._slurmd_port = int(port) if port.isdigit() else 0
+        for node in dict.fromkeys(hosts):
+            seen = state.get(node.name)
+            if seen is None or not seen.up:
+                raise NodeLost(node.name, "SLURM does not list it up")
+            why = probe(seen.addr, self._slurmd_port) if self._slurmd_port else None
+            if why is not None:
+                raise NodeLost(node.name, f"its slurmd does not answer ({why})")
+
+    def _partition(self, partition: str | None) -> tuple[str, dict[str, int]]:
+        """(partition, each of its nodes' CPUs or GPUs) from ``sinfo -N``."""
         parts: dict[str, dict[str, int]] = {}
         default: str | None = None
-        for row in rows:
-            fields = row.strip().split("|")
-            if len(fields) != 4:
-                continue
-            name, node, cpus, gres = fields
+        for name, node, cpus, gres, _addr, _state in self._sinfo():
             if name.endswith("*"):
                 name = name[:-1]
                 default = name
@@ -347,8 +439,7 @@ class SlurmBackend:
             raise OakInputError(
                 f"SLURM has no partition {partition!r} (sinfo lists: {', '.join(sorted(parts)) or 'none'})"
             )
-        nodes = parts[partition]
-        return partition, max(nodes.values(), default=0), sorted(nodes)
+        return partition, parts[partition]
 
     def _refresh(self, *, fresh: bool = False) -> dict[str, tuple[str, str, str]]:
         """This user's oak jobs known to slurmctld (recently ended ones too): job id → (state, reason, comment);
@@ -356,16 +447,19 @@ class SlurmBackend:
         if not fresh and time.monotonic() - self._listed_at < self.poll_s:
             return self._listing
         try:
-            out = self._cmd("squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%k").stdout
+            out = self._cmd("squeue", "--me", "-h", "-t", "all", "-o", "%D|%i|%T|%r|%k").stdout
         except RuntimeError:
             if time.monotonic() - self._listed_at > OUTAGE_S:
                 raise
             return self._listing  # a transient failure: the last listing stands (bounded by OUTAGE_S)
         listing: dict[str, tuple[str, str, str]] = {}
         for row in out.splitlines():
-            fields = row.strip().split("|", 3)
+            count, _, rest = row.strip().partition("|")
+            fields = rest.split("|", 3)
             if len(fields) == 4 and fields[3].startswith(f"{PREFIX}:"):
                 listing[fields[0]] = (fields[1].split()[0] if fields[1] else "", fields[2], fields[3])
+                if count.isdigit() and int(count) > 1:
+                    self._spread.add(fields[0])
         self._listing, self._listed_at = listing, time.monotonic()
         return listing
 
@@ -373,6 +467,12 @@ class SlurmBackend:
         """The job's squeue state, None once slurmctld forgot it (MinJobAge after its end)."""
         row = self._refresh(fresh=fresh).get(rec.job_id)
         return None if row is None else row[0]
+
+    def _signal(self, job_id: str, sig: str) -> None:
+        """Send ``sig`` to what runs of a SLURM job of this executor's: the batch step and its steps (one node:
+        the supervisor), or only its steps (several nodes: each node's supervisor; the batch step is ``srun``,
+        which would end the step on a SIGTERM)."""
+        self._scancel(job_id, f"--signal={sig}", *(() if job_id in self._spread else ("--full",)))
 
     def _scancel(self, job_id: str, *args: str) -> None:
         res = self._cmd("scancel", *args, job_id, check=False)
@@ -398,14 +498,19 @@ class SlurmBackend:
                 continue
             inc_dir = job_dir / INCARNATIONS_SUBDIR / parts[3]
             try:
-                obj = json.loads((inc_dir / PIDS_FILE).read_text(encoding="utf-8"))
-                recorded = [int(p) for p in obj.get("pids", [])]
-            except (OSError, ValueError, TypeError, AttributeError):
+                nodes = tuple(
+                    str(n) for n in json.loads((inc_dir / RANKS_FILE).read_text(encoding="utf-8")).get("nodes", [])
+                )
+                obj = _read_pids(inc_dir, nodes)
+                recorded = [int(p) for p in obj.get("pids", [])] if obj is not None else []
+            except (OSError, ValueError, TypeError, AttributeError, KeyError):
                 continue
-            if recorded != list(pids):
+            if obj is None or recorded != list(pids):
                 continue
             rec = _Job(name, job_id, job_dir, inc_dir, len(pids), item.job.is_command, parts[3], list(pids))
-            rec.host = str(obj.get("host", ""))
+            rec.host, rec.nodes = str(obj.get("host", "")), nodes
+            if nodes:
+                self._spread.add(job_id)
             if self._outcome(rec, fresh=True) != "running":
                 return False
             self._jobs[name] = rec
@@ -421,7 +526,19 @@ class SlurmBackend:
         n = len(item.devices)
         if n < 1:
             raise OakInputError(f"job {name!r}: launched on no devices")
-        if n > self.node_capacity:
+        hosts = item.hosts
+        if hosts and len(hosts) != n:
+            raise OakInputError(f"job {name!r}: {len(hosts)} rank node(s) for {n} device(s)")
+        spread = tuple(dict.fromkeys(h.name for h in hosts))  # its nodes, rank 0's first
+        self._probe_nodes(hosts)
+        for node in spread:
+            here = sum(1 for h in hosts if h.name == node)
+            if here > self.node_slots.get(node, 0):
+                raise OakInputError(
+                    f"job {name!r}: {here} rank(s) on node {node!r}, which has "
+                    f"{self.node_slots.get(node, 0)} in SLURM partition {self.partition!r}"
+                )
+        if not hosts and n > self.node_capacity:
             what = "CPU(s)" if self._kind == "cpu" else "GPU(s)"
             raise OakInputError(
                 f"job {name!r}: cannot run {n} rank(s) on one node: the largest node of SLURM partition "
@@ -444,7 +561,8 @@ class SlurmBackend:
             item.devices,
             job_name=name,
             device_kind=self._kind,
-            master_addr="127.0.0.1",  # one node: the supervisor picks a command's port there (0 = pick)
+            # rank 0's node (one node without a plan: loopback); its supervisor picks a command's port there
+            master_addr=hosts[0].addr if hosts else "127.0.0.1",
             master_port=0 if command else None,
             python=self.python,
             environ={},
@@ -457,18 +575,35 @@ class SlurmBackend:
             "incarnation": incarnation,
             "kind": self._kind,
             "command": command,
-            "ranks": [{"argv": r.argv, "env": r.env} for r in ranks],
+            "nodes": list(spread) if len(spread) > 1 else [],
+            "ranks": [
+                {"argv": r.argv, "env": r.env, "node": hosts[i].name if hosts else ""} for i, r in enumerate(ranks)
+            ],
         }
         write_atomic(inc_dir / RANKS_FILE, json.dumps(plan, indent=1) + "\n")
         script = inc_dir / "batch.sh"
-        write_atomic(
-            script,
-            "#!/bin/sh\n# oak: one incarnation of job "
-            f"{name} (docs/slurm.md)\nexec {shlex.quote(self.python)} -m oak.runtime.slurm_executor "
-            f"{shlex.quote(str(inc_dir))}\n",
-        )
+        supervisor = f"{shlex.quote(self.python)} -m oak.runtime.slurm_executor {shlex.quote(str(inc_dir))}"
+        if len(spread) > 1:  # one supervisor per node, each starting the ranks planned there
+            k = len(spread)
+            # (the batch's environment has the rank placement of sbatch's arbitrary distribution: not the step's)
+            supervisor = (
+                f"env -u SLURM_HOSTFILE -u SLURM_DISTRIBUTION srun --overlap --nodes={k} --ntasks={k} "
+                f"--ntasks-per-node=1 --distribution=block --kill-on-bad-exit=0 --cpus-per-task=1 {supervisor} "
+                "--node-agent"
+            )
+        write_atomic(script, f"#!/bin/sh\n# oak: one incarnation of job {name} (docs/slurm.md)\nexec {supervisor}\n")
         script.chmod(0o700)
         resources = [f"--gres=gpu:{n}", "--cpus-per-task=1"] if self._kind == "gpu" else ["--cpus-per-task=1"]
+        extra_env: dict[str, str] | None = None
+        if len(spread) > 1:  # each rank's node as planned: SLURM's arbitrary distribution, one line per rank
+            hostfile = inc_dir / "hostfile"
+            write_atomic(hostfile, "".join(f"{h.name}\n" for h in hosts))
+            placement = ["--distribution=arbitrary", f"--nodes={len(spread)}"]
+            extra_env = {"SLURM_HOSTFILE": str(hostfile)}
+        elif spread:
+            placement = ["--nodes=1", f"--nodelist={spread[0]}"]
+        else:
+            placement = ["--nodes=1"]
         argv = [
             "sbatch",
             "--parsable",
@@ -476,7 +611,7 @@ class SlurmBackend:
             f"--job-name={PREFIX}-{tag}-{name}",
             f"--comment={PREFIX}:{tag}:{name}:{incarnation}",
             f"--partition={self.partition}",
-            "--nodes=1",
+            *placement,
             f"--ntasks={n}",
             *resources,
             f"--output={inc_dir}/slurm-%j.out",
@@ -484,11 +619,14 @@ class SlurmBackend:
             *self.sbatch_args,
             str(script),
         ]
-        out = self._cmd(*argv).stdout.strip()
+        out = slurm_command(argv, self.command_timeout_s, extra_env=extra_env).stdout.strip()
         job_id = out.split(";")[0].strip()
         if not job_id.isdigit():
             raise RuntimeError(f"`{shlex.join(argv)}` printed {out!r}, not a job id")
         rec = _Job(name, job_id, job_dir, inc_dir, n, command, incarnation)
+        rec.nodes = spread if len(spread) > 1 else ()
+        if rec.nodes:
+            self._spread.add(job_id)
         try:
             self._await_start(rec)
         except BaseException:
@@ -504,10 +642,7 @@ class SlurmBackend:
         reason = ""
         next_check = 0.0
         while True:
-            try:
-                obj = json.loads((rec.inc_dir / PIDS_FILE).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                obj = None
+            obj = _read_pids(rec.inc_dir, rec.nodes)
             if isinstance(obj, dict):
                 if obj.get("error"):
                     msg = f"job {rec.name!r}: cannot start its ranks in SLURM job {rec.job_id}: {obj['error']}"
@@ -641,9 +776,9 @@ class SlurmBackend:
                 self._scancel(rec.job_id)
                 rec.verdict = ((0,) * rec.world, "")
             else:
-                self._scancel(rec.job_id, "--signal=TERM", "--full")
+                self._signal(rec.job_id, "TERM")
         else:
-            self._scancel(rec.job_id, f"--signal={signal.Signals(sig).name.removeprefix('SIG')}", "--full")
+            self._signal(rec.job_id, signal.Signals(sig).name.removeprefix("SIG"))
 
     def _end(self, rec: _Job) -> None:
         """SIGKILL whatever still runs of the incarnation (``_hard_kill``) and wait (``KILL_WAIT_S``) until SLURM
@@ -695,11 +830,11 @@ class SlurmBackend:
         started = [i for i in jobs if i not in pending]
         for job_id in pending:
             self._scancel(job_id)
-        for job_id in started:
-            self._scancel(job_id, "--signal=USR1", "--batch")
+        for job_id in started:  # the batch step, and the supervisors of a job on several nodes (a step)
+            self._signal(job_id, "USR1")
         left = self._wait_ended(started, KILL_SIGNAL_WAIT_S)
         for job_id in left:
-            self._scancel(job_id, "--signal=KILL", "--batch")
+            self._signal(job_id, "KILL")
             self._scancel(job_id)
         return self._wait_ended(left + pending, KILL_WAIT_S)
 
@@ -726,7 +861,7 @@ class SlurmBackend:
         if grace_s > 0 and ids:
             for job_id in ids:
                 if jobs[job_id][0] != "PENDING":
-                    self._scancel(job_id, "--signal=TERM", "--full")
+                    self._signal(job_id, "TERM")
             ids = self._wait_ended([i for i in ids if jobs[i][0] != "PENDING"], grace_s) + [
                 i for i in ids if jobs[i][0] == "PENDING"
             ]
@@ -809,6 +944,10 @@ class SlurmExecutor(Incarnations):
     def job_id(self, name: str) -> str | None:
         return self.backend.job_id(name)
 
+    def nodes(self, *, fresh: bool = False) -> list[RuntimeNode]:
+        """See :meth:`SlurmBackend.nodes` (this makes the executor a :class:`~oak.runtime.nodes.NodeListing`)."""
+        return self.backend.nodes(fresh=fresh)
+
     def adopt_or_cancel_orphans(self, run_dir: str | Path, grace_s: float = 30.0) -> list[str]:
         """See :meth:`SlurmBackend.adopt_or_cancel_orphans`."""
         return self.backend.adopt_or_cancel_orphans(run_dir, grace_s)
@@ -822,15 +961,41 @@ class SlurmExecutor(Incarnations):
 
 
 # ---------------------------------------------------------------------------------------------- the supervisor
-def supervise(inc_dir: Path) -> int:
-    """The batch job of one incarnation: start its ranks (``ranks.json``), record their pids and exit statuses,
-    forward SIGTERM/SIGINT (stop: checkpoint and exit 0), SIGKILL every rank's process group on SIGUSR1 (the
-    executor's kill) and the peers of a failed rank. Exit status 0
-    when every rank exited 0, else 1."""
+PORT_FILE = "port"
+"""Where the supervisor of rank 0's node leaves a command's ``MASTER_PORT`` for the other nodes' supervisors."""
+PORT_WAIT_S = 60.0
+
+
+def _master_port(inc_dir: Path, master_addr: str, mine: bool) -> str:
+    """A command's ``MASTER_PORT`` on a job across nodes: picked on rank 0's node (free there a moment ago) and
+    published in the incarnation's directory, where the other nodes' supervisors wait for it."""
+    path = inc_dir / PORT_FILE
+    if mine:
+        port = str(free_port(master_addr))
+        write_atomic(path, port + "\n")
+        return port
+    deadline = time.monotonic() + PORT_WAIT_S
+    while time.monotonic() < deadline:
+        text = path.read_text(encoding="utf-8").strip() if path.is_file() else ""
+        if text.isdigit():
+            return text
+        time.sleep(0.05)
+    raise OSError(f"rank 0's node did not publish MASTER_PORT in {path} within {PORT_WAIT_S:g} s")
+
+
+def supervise(inc_dir: Path, node: str | None = None) -> int:
+    """The batch job of one incarnation (or, ``node`` given, the supervisor on that node of one that spans
+    several: a task of the batch job's one ``srun`` step): start its ranks (``ranks.json``; on ``node``, those
+    planned there), record their pids (``pids.json``; ``pids-NODE.json``) and exit statuses, forward
+    SIGTERM/SIGINT (stop: checkpoint and exit 0), SIGKILL every rank's process group on SIGUSR1 (the
+    executor's kill) and the peers of a failed rank on its node (those on other nodes are the executor's to
+    reap: the incarnation failed). Exit status 0 when every rank it started exited 0, else 1."""
     plan = json.loads((inc_dir / RANKS_FILE).read_text(encoding="utf-8"))
     job_dir = Path(plan["job_dir"])
     command = bool(plan["command"])
-    world = len(plan["ranks"])
+    mine = [r for r, spec in enumerate(plan["ranks"]) if node is None or spec.get("node") == node]
+    world = len(mine)
+    pids_file = PIDS_FILE if node is None else f"pids-{node}.json"
     procs: list[subprocess.Popen[bytes]] = []
     stop = {"requested": False, "killed": False}
 
@@ -856,16 +1021,23 @@ def supervise(inc_dir: Path) -> int:
     signal.signal(signal.SIGUSR1, on_kill)
     host = socket.gethostname()
     slurm_job = os.environ.get("SLURM_JOB_ID", "?")
-    port = str(free_port("127.0.0.1")) if command else ""
+    total = len(plan["ranks"])
     try:
-        for rank, spec in enumerate(plan["ranks"]):
+        port = ""
+        if command and mine:
+            master = str(plan["ranks"][0]["env"].get("MASTER_ADDR", "127.0.0.1"))
+            port = _master_port(inc_dir, master, 0 in mine) if node is not None else str(free_port(master))
+        for rank in mine:
+            spec = plan["ranks"][rank]
             env = dict(os.environ)
+            for var in ("SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_ID", "SLURM_NTASKS"):
+                env.pop(var, None)  # the supervisor's task, not the rank's
             env.update(spec["env"])
             if command and env.get("MASTER_PORT") == "0":
                 env["MASTER_PORT"] = port
             if plan["kind"] == "gpu" and os.environ.get("CUDA_VISIBLE_DEVICES"):
                 env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]  # the GPUs SLURM allocated
-            note = f" incarnation {plan['incarnation']} rank {rank}/{world} (slurm job {slurm_job} on {host})"
+            note = f" incarnation {plan['incarnation']} rank {rank}/{total} (slurm job {slurm_job} on {host})"
             procs.append(
                 spawn_rank(
                     spec["argv"],
@@ -878,18 +1050,23 @@ def supervise(inc_dir: Path) -> int:
             )
     except OSError as exc:
         send(signal.SIGKILL)
-        write_atomic(inc_dir / PIDS_FILE, json.dumps({"error": f"{plan['ranks'][len(procs)]['argv']!r}: {exc}"}))
-        for r in range(world):
+        failed = plan["ranks"][mine[len(procs)]]["argv"] if len(procs) < world else "?"
+        write_atomic(inc_dir / pids_file, json.dumps({"error": f"{failed!r}: {exc}"}))
+        for r in mine:
             write_atomic(inc_dir / f"exit-{r}", "127\n")
         return 1
-    write_atomic(inc_dir / PIDS_FILE, json.dumps({"pids": [p.pid for p in procs], "host": host, "job": slurm_job}))
+    if node is None:
+        record: dict[str, Any] = {"pids": [p.pid for p in procs], "host": host, "job": slurm_job}
+    else:
+        record = {"pids": {str(r): p.pid for r, p in zip(mine, procs, strict=True)}, "host": host, "job": slurm_job}
+    write_atomic(inc_dir / pids_file, json.dumps(record))
     if stop["killed"]:
         send(signal.SIGKILL)  # killed while the later ranks were starting
     elif stop["requested"]:
         send(signal.SIGTERM)  # asked to stop while the later ranks were starting
     written: set[int] = set()
     while True:
-        for rank, p in enumerate(procs):
+        for rank, p in zip(mine, procs, strict=True):
             code = p.poll()
             if code is None or rank in written:
                 continue
@@ -900,7 +1077,7 @@ def supervise(inc_dir: Path) -> int:
         codes = [p.returncode for p in procs]  # the one rule (oak.runtime.incarnations.classify)
         if classify(codes, command=command, stop_requested=stop["requested"], done_marker=False) == "failed":
             send(signal.SIGKILL)  # the peers of a dead rank
-            for rank, p in enumerate(procs):
+            for rank, p in zip(mine, procs, strict=True):
                 code = p.wait()
                 if rank not in written:
                     write_atomic(inc_dir / f"exit-{rank}", f"{code}\n")
@@ -914,9 +1091,19 @@ def supervise(inc_dir: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m oak.runtime.slurm_executor INCARNATION_DIR (oak's SLURM batch jobs)", file=sys.stderr)
+    agent = args[1:] == ["--node-agent"]
+    if len(args) != 1 and not agent:
+        print(
+            "usage: python -m oak.runtime.slurm_executor INCARNATION_DIR [--node-agent] (oak's SLURM batch jobs)",
+            file=sys.stderr,
+        )
         return 2
+    if agent:  # one task per node of the batch job's srun step: this node's ranks
+        node = os.environ.get("SLURMD_NODENAME", "")
+        if not node:
+            print("--node-agent: SLURMD_NODENAME is not set (run under srun)", file=sys.stderr)
+            return 2
+        return supervise(Path(args[0]), node)
     return supervise(Path(args[0]))
 
 

@@ -2,7 +2,10 @@
 network partition, a node that comes back — on SLURM and on Ray, through ``oak run --cluster-from``.
 
 Skipped as a whole, with the reason, when the cluster does not run (it needs root; ``.ci/run`` starts it with
-``scripts/local-cluster start --nodes 3``). The tests that break nodes leave every node up again.
+``scripts/local-cluster start --nodes 3``). The tests that break nodes leave every node up again. They take
+minutes of mostly waiting (jobs restarted three times, nodes declared dead), so they are marked ``multinode``
+and left out of the default run, which stays fast enough to run before every commit: ``.ci/run`` runs them as
+its own step, ``python3 -m pytest -m multinode``.
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ _REASON = not_running(SCRIPT, "the local multi-node cluster")
 if _REASON is not None:
     pytest.skip(_REASON, allow_module_level=True)
 
-pytestmark = [pytest.mark.xdist_group("cluster-nodes")]  # one worker: these tests break the cluster's nodes
+# one worker: these tests break the cluster's nodes
+pytestmark = [pytest.mark.xdist_group("cluster-nodes"), pytest.mark.long, pytest.mark.multinode]
 ENV = {**os.environ, "SLURM_CONF": str(CLUSTER_DIR / "slurm.conf")}
-STEPS, CKPT, RANKS = 300, 10, 4
+STEPS, CKPT, RANKS = 500, 10, 4
 """The DDP job: 4 ranks on nodes of 2 slots, so that every incarnation spans 2 of the 3 nodes."""
 
 
@@ -237,3 +241,106 @@ def test_a_job_across_nodes_survives_a_lost_node_and_a_partition(
     while _stale_ranks(job_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _stale_ranks(job_dir)
+
+
+PACKAGED = (
+    "jobs:\n  - {name: w, model: tiny, target_steps: 120, min_gpus: 4, max_gpus: 4, batch_size: 32, ckpt_every: 10,"
+    " min_step_s: 0.05}\n"
+)
+
+
+TWO_PAIRS = """
+import json, os, sys, time
+from pathlib import Path
+from oak.runtime.executor import Launch
+from oak.runtime.jobs_file import parse_jobs
+
+backend, run_dir, text = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+job = parse_jobs(text, "w.yaml").jobs[0]
+if backend == "slurm":
+    from oak.runtime.slurm_executor import SlurmExecutor
+    ex = SlurmExecutor(device_kind="cpu", devices=6, run_dir=run_dir, span_nodes=True)
+else:
+    from oak.runtime.ray_executor import RayExecutor
+    ex = RayExecutor(address=os.environ["RAY_ADDRESS"], device_kind="cpu", devices=6)
+job_dir = run_dir / "jobs" / "w"
+
+def step():
+    try:
+        return json.loads((job_dir / "status.json").read_text())["step"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+def until(want, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while (state := ex.state("w")) != want:
+        assert state == "running" and time.monotonic() < deadline, (state, want)
+        time.sleep(0.2)
+
+try:
+    n1, n2, n3 = ex.nodes(fresh=True)[:3]
+    ex.launch(Launch(job, job_dir, (0, 1, 2, 3), 0, (n1, n1, n2, n2)))
+    deadline = time.monotonic() + 180
+    while step() < 30:
+        assert ex.state("w") == "running" and time.monotonic() < deadline
+        time.sleep(0.2)
+    stopped = ex.stop(["w"], 120)
+    ex.kill("w")
+    stopped_at = step()
+    ex.launch(Launch(job, job_dir, (2, 3, 4, 5), 0, (n2, n2, n3, n3)))
+    until("done", 240)
+    ex.kill("w")
+finally:
+    ex.shutdown()
+print(json.dumps({"stopped": stopped, "stopped_at": stopped_at, "pairs": [[n1.name, n2.name], [n2.name, n3.name]]}))
+"""
+
+
+def _final_params(job_dir: Path) -> dict[str, Any]:
+    from oak.runtime import checkpoint
+
+    loaded = checkpoint.load_latest(job_dir)
+    assert loaded is not None
+    return dict(loaded.state["model"])
+
+
+@pytest.mark.parametrize("backend", ["slurm", "ray"])
+def test_the_packaged_worker_stops_on_two_nodes_and_resumes_on_another_pair(backend: str, tmp_path: Path) -> None:
+    """The packaged worker (4 ranks, gloo) launched on two nodes, stopped (it checkpoints), launched again on
+    another pair of nodes from that checkpoint: its final parameters are bit-identical to an uninterrupted
+    run's on this machine's processes (the executors directly, the nodes as ``--cluster-from`` lists them)."""
+    torch = pytest.importorskip("torch")
+    from oak.runtime.executor import Launch, LocalExecutor
+    from oak.runtime.jobs_file import parse_jobs
+
+    env = _env(backend)
+    job = parse_jobs(PACKAGED, "w.yaml").jobs[0]
+    ref_dir = tmp_path / "ref" / "jobs" / "w"
+    local = LocalExecutor("cpu")
+    try:
+        local.launch(Launch(job, ref_dir, (0, 1, 2, 3), 0))
+        deadline = time.monotonic() + 180
+        while (state := local.state("w")) != "done":
+            assert state == "running" and time.monotonic() < deadline, state
+            time.sleep(0.2)
+    finally:
+        local.shutdown()
+    run_dir = tmp_path / "run"
+    res = subprocess.run(
+        [sys.executable, "-c", TWO_PAIRS, backend, str(run_dir), PACKAGED],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["stopped"] == {"w": "stopped"} and 30 <= out["stopped_at"] < 120, out
+    job_dir = run_dir / "jobs" / "w"
+    if backend == "slurm":  # each rank's start line names its SLURM node: two incarnations, two pairs of nodes
+        hosts = [re.findall(r"on (node\d)\)", (job_dir / f"rank{r}.log").read_text()) for r in range(4)]
+        (a, b), (c, d) = out["pairs"]
+        assert [h[:2] for h in hosts] == [[a, c], [a, c], [b, d], [b, d]], hosts
+    got, want = _final_params(job_dir), _final_params(ref_dir)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), "bit-identical"

@@ -131,20 +131,34 @@ def _until(pred: Callable[[], bool], timeout_s: float, what: str, proc: subproce
         time.sleep(0.5)
 
 
-def _node_up(backend: str, node: str, env: dict[str, str]) -> bool:
+def _up_nodes(backend: str, env: dict[str, str]) -> set[str]:
+    """The names (``nodeK``) of the nodes the cluster lists up."""
     if backend == "slurm":
         out = subprocess.run(
-            ["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True, timeout=30, env=env, check=False
+            ["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, timeout=30, env=env, check=False
         )
-        return out.stdout.strip() in ("idle", "mixed", "allocated")
-    addr = f"10.77.0.{10 + int(node.removeprefix('node'))}"
+        rows = [line.split() for line in out.stdout.splitlines()]
+        return {r[0] for r in rows if len(r) == 2 and r[1] in ("idle", "mixed", "allocated")}
     probe = (
         "import ray; ray.init(log_to_driver=False); print([n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']])"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env, check=False
     )
-    return f"'{addr}'" in out.stdout
+    return {f"node{k}" for k in (1, 2, 3) if f"'10.77.0.{10 + k}'" in out.stdout}
+
+
+def _node_up(backend: str, node: str, env: dict[str, str]) -> bool:
+    return node in _up_nodes(backend, env)
+
+
+def _all_up(backend: str, env: dict[str, str], timeout_s: float = 180.0) -> None:
+    """Wait until the cluster lists every node up again (SLURM returns a node it had marked not responding at
+    its next ping)."""
+    deadline = time.monotonic() + timeout_s
+    while _up_nodes(backend, env) != {"node1", "node2", "node3"}:
+        assert time.monotonic() < deadline, f"{backend}: not every node is up again within {timeout_s:g} s"
+        time.sleep(1.0)
 
 
 def _stale_ranks(job_dir: Path) -> list[int]:
@@ -225,6 +239,7 @@ def test_a_job_across_nodes_survives_a_lost_node_and_a_partition(
         for k in (1, 2, 3):  # every node up again for the tests after this one (Ray's cut-off raylet has left)
             _fault("heal", f"node{k}")
             _fault("revive", f"node{k}")
+        _all_up(backend, env)
     assert proc.returncode == 0, log.read_text()[-3000:]
     result = json.loads((tmp_path / "r.json").read_text())["runs"][0]["jobs"][0]
     assert result["failures"] == 2 and result["restarts"] == 2, result
@@ -314,6 +329,7 @@ def test_the_packaged_worker_stops_on_two_nodes_and_resumes_on_another_pair(back
     from oak.runtime.jobs_file import parse_jobs
 
     env = _env(backend)
+    _all_up(backend, env)  # a test before this one broke nodes
     job = parse_jobs(PACKAGED, "w.yaml").jobs[0]
     ref_dir = tmp_path / "ref" / "jobs" / "w"
     local = LocalExecutor("cpu")

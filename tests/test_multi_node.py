@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from support.clusters import not_running
+from support.runtime import processes_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "local-cluster"
@@ -161,20 +162,6 @@ def _all_up(backend: str, env: dict[str, str], timeout_s: float = 180.0) -> None
         time.sleep(1.0)
 
 
-def _stale_ranks(job_dir: Path) -> list[int]:
-    """Processes of this machine still running as ranks of the job (its contract's OAK_JOB_DIR)."""
-    mark = f"OAK_JOB_DIR={job_dir}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if mark in (proc / "environ").read_bytes().split(b"\0"):
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-    return found
-
-
 @pytest.mark.parametrize("backend", ["slurm", "ray"])
 def test_a_job_across_nodes_survives_a_lost_node_and_a_partition(
     backend: str, uninterrupted: dict[str, Any], tmp_path: Path
@@ -253,9 +240,9 @@ def test_a_job_across_nodes_survives_a_lost_node_and_a_partition(
     assert got["step"] == uninterrupted["step"] == STEPS
     assert all(torch.equal(got["model"][k], uninterrupted["model"][k]) for k in got["model"]), "bit-identical"
     deadline = time.monotonic() + 60  # the cut-off node's ranks of the second incarnation: killed once it is back
-    while _stale_ranks(job_dir) and time.monotonic() < deadline:
+    while processes_of(job_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _stale_ranks(job_dir)
+    assert not processes_of(job_dir)
 
 
 PACKAGED = (

@@ -85,7 +85,7 @@ def test_lemon_nodes_fail_far_more_often() -> None:
     lemons = m.lemons(0, n)
     counts = np.zeros(n)
     for k in range(2000):
-        for _, nodes in m.interval_events(0, n, k, 60.0):
+        for _, nodes, _ in m.interval_events(0, n, k, 60.0):
             counts[list(nodes)] += 1
     assert 0 < lemons.sum() < n
     assert counts[lemons].mean() > 10 * max(counts[~lemons].mean(), 1e-9)
@@ -95,7 +95,7 @@ def test_a_domain_failure_takes_down_all_its_nodes_at_once() -> None:
     m = HardwareModel("d", domain_nodes=4, domain_rate=500.0, scale=100.0)
     events = [e for k in range(200) for e in m.interval_events(3, 10, k, 60.0)]
     assert events
-    for _, nodes in events:
+    for _, nodes, _ in events:
         assert nodes in ((0, 1, 2, 3), (4, 5, 6, 7), (8, 9))  # the last rack is partial
 
 
@@ -232,9 +232,9 @@ def test_events_at_the_start_of_an_interval_are_not_dropped() -> None:
     @dataclasses.dataclass(frozen=True)
     class AtRoundStart(HardwareModel):
         def interval_events(
-            self, seed: int, n_nodes: int, k: int, round_s: float
-        ) -> list[tuple[float, tuple[int, ...]]]:
-            return [(k * round_s, ({10: 0, 40: 2}[k],))] if k in (10, 40) else []
+            self, seed: int, n_nodes: int, k: int, round_s: float, *, first: bool = False
+        ) -> list[tuple[float, tuple[int, ...], float]]:
+            return [(k * round_s, ({10: 0, 40: 2}[k],), self.repair_s)] if k in (10, 40) else []
 
     import oak.sim.simulator as simulator_module
 

@@ -1,8 +1,8 @@
 """A user training script under OAK's job contract (docs/jobs.md), in plain Python.
 
 It "trains" by sleeping: one optimiser step of a global batch of BATCH samples takes
-``STEP_S * (0.2 + 0.8 / world_size)`` seconds (80 % of the work is split across ranks), so the scheduler has
-a real speed-up to learn. Rank 0 reports every step with ``oak.job.report``, checkpoints every CKPT_EVERY
+``STEP_S * (SERIAL + (1 - SERIAL) / world_size)`` seconds (by default 80 % of the work is split across
+ranks: ``--serial 0.2``), so the scheduler has a real speed-up to learn. Rank 0 reports every step with ``oak.job.report``, checkpoints every CKPT_EVERY
 steps (and when asked to stop) into ``OAK_CHECKPOINT_DIR``, and appends each step it completes to
 ``steps.log`` there, so that a test can check that no step beyond the last checkpoint was lost.
 
@@ -26,6 +26,7 @@ def main() -> int:
     ap.add_argument("--step-s", type=float, default=0.1)
     ap.add_argument("--ckpt-every", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--serial", type=float, default=0.2, help="fraction of a step's time not split across ranks")
     ap.add_argument("--fail-at", type=int, default=-1, help="exit 1 once at this step (a crash to recover from)")
     a = ap.parse_args()
     ckpt_dir = oak.job.checkpoint_dir()
@@ -46,7 +47,7 @@ def main() -> int:
                 raise SystemExit(3)
 
     while step < a.steps:
-        time.sleep(a.step_s * (0.2 + 0.8 / world))
+        time.sleep(a.step_s * (a.serial + (1.0 - a.serial) / world))
         step += 1
         if rank == 0:
             with open(ckpt_dir / "steps.log", "a") as fh:

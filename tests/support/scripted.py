@@ -22,6 +22,8 @@ class Fate:
     reach: int = 0
     freeze: bool = False
     durable: bool = True
+    step_s: float = 0.0
+    """Its measured step time, reported with its steps (the worker's ``steps_timed`` / ``step_time_s``)."""
 
 
 @dataclass
@@ -57,7 +59,14 @@ class ScriptedExecutor:
         if name not in self._live:
             return None
         fate, t0, pid = self._live[name]
-        return {"pid": pid, "step": fate.reach, "updated_at": t0 if fate.freeze else self.clock.time()}
+        status: dict[str, Any] = {
+            "pid": pid,
+            "step": fate.reach,
+            "updated_at": t0 if fate.freeze else self.clock.time(),
+        }
+        if fate.step_s > 0 and fate.reach:
+            status.update(steps_timed=fate.reach, step_time_s=fate.step_s)
+        return status
 
     def pids(self, name: str) -> list[int]:
         return [self._live[name][2]] if name in self._live else []

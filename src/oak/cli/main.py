@@ -380,3 +380,4 @@ from oak.cli import bench as _bench  # noqa: E402,F401  (registers the bench com
 from oak.cli import reproduce as _reproduce  # noqa: E402,F401  (registers the reproduce command)
 from oak.cli import run as _run  # noqa: E402,F401  (registers the run command)
 from oak.cli import serve as _serve  # noqa: E402,F401  (registers serve, submit, status, cancel, logs)
+from oak.cli import twin as _twin  # noqa: E402,F401  (registers export-trace and replay)

@@ -115,8 +115,11 @@ class Beliefs:
         self._fit(b, gpu_type)
         self._invalidate(b)
 
-    def rows(self, idx: IntArray, epochs: IntArray) -> tuple[FloatArray, FloatArray]:
-        """Believed goodput and progress rate (uncalibrated) of jobs ``idx`` at ``epochs`` on every shape."""
+    def rows(
+        self, idx: IntArray, epochs: IntArray, fraction: FloatArray | None = None
+    ) -> tuple[FloatArray, FloatArray]:
+        """Believed goodput and progress rate (uncalibrated) of jobs ``idx`` at ``epochs`` on every shape
+        (``fraction``: their progress in [0, 1], for beliefs whose epochs are not the truth's)."""
         good = np.zeros((len(idx), self.table.size))
         rate = np.zeros((len(idx), self.table.size))
         for pos, (i, e) in enumerate(zip(idx.tolist(), epochs.tolist(), strict=True)):
@@ -140,3 +143,58 @@ class Beliefs:
         b.profile = None
         b.grids = {}
         b.rows = {}
+
+
+class RunBeliefs(Beliefs):
+    """What a real run's scheduler knew of each job, job by job (``oak replay``): ``believed[i]`` given and never
+    refitted (a packaged worker scored with its catalog application while it ran at its own, measured speed),
+    or learned online where ``learn[i]`` (a command job's model fitted to the step times it has measured so
+    far, as :class:`Beliefs` does for every job under ``--goodput learned``; the model applies the exploration
+    cap to these jobs), or, neither, its truth.
+
+    A believed application's progress is in its own units: the scheduler of the run placed the job at
+    progress fraction f of the believed total, so its rows are taken at the believed application's epoch of f,
+    and its progress rate is converted to the truth's units (× truth total / believed total), so that the
+    remaining time a policy estimates is the one the run's scheduler estimated (its calibration too)."""
+
+    def __init__(
+        self,
+        table: GoodputTable,
+        apps: list[AppProfile],
+        believed: list[AppProfile | None],
+        learn: list[bool],
+        totals: FloatArray,
+    ) -> None:
+        super().__init__(table, apps)
+        self.believed = believed
+        self.learn = learn
+        # progress in the truth's units, and the truth's calibration undone (the snapshot divides by it)
+        self.scale = [
+            1.0 if b is None else float(totals[i]) / b.total_progress * apps[i].calibration / b.calibration
+            for i, b in enumerate(believed)
+        ]
+        for b, given, learned in zip(self.jobs, believed, learn, strict=True):
+            if not learned:
+                b.booted = True
+                b.profile = given if given is not None else b.truth
+
+    def seen(self, i: int, gpu_type: str, nodes: int, replicas: int) -> bool:
+        return not self.learn[i] or super().seen(i, gpu_type, nodes, replicas)  # only learned jobs measure
+
+    def rows(
+        self, idx: IntArray, epochs: IntArray, fraction: FloatArray | None = None
+    ) -> tuple[FloatArray, FloatArray]:
+        good = np.zeros((len(idx), self.table.size))
+        rate = np.zeros((len(idx), self.table.size))
+        for pos, (i, e) in enumerate(zip(idx.tolist(), epochs.tolist(), strict=True)):
+            b, given = self.jobs[i], self.believed[i]
+            if given is not None:
+                f = 0.0 if fraction is None else min(max(float(fraction[pos]), 0.0), 1.0)
+                e = given.epoch_of(f * given.total_progress)
+            hit = b.rows.get(e)
+            if hit is None:
+                ch = self.table.choices_of(b.believed_profile(), e, b.grids)
+                hit = (ch.goodput, ch.progress_rate * self.scale[i])
+                b.rows[e] = hit
+            good[pos], rate[pos] = hit
+        return good, rate

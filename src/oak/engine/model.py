@@ -44,6 +44,9 @@ class ClusterModel:
         self.physics = physics if physics is not None else PhysicsOptions()
         #: goodput learned online (oak.engine.beliefs): the ledger carries the beliefs, the model the cap
         self.learned = self.physics.goodput == "learned"
+        #: per job, whether its goodput is learned online with the exploration cap while others' are not (a
+        #: replayed run's command jobs: oak.engine.beliefs.RunBeliefs); None: as ``learned`` says for all
+        self.explore: np.ndarray | None = None
         # Sia's tables stop at 64 GPUs (reference §3.4) and jobs at 64 replicas (§3.5): larger clusters add
         # no larger configurations, only more of them.
         self.configs: tuple[Configuration, ...] = tuple(
@@ -137,7 +140,7 @@ class ClusterModel:
         shape_goodput = self.tables.goodput[rows]  # (J, S) raw goodput on every shape
         shape_rate = self.tables.rate[rows]
         if st.beliefs is not None:  # what the scheduler believes, where the job can run at all
-            believed_goodput, believed_rate = st.beliefs.rows(active, e)
+            believed_goodput, believed_rate = st.beliefs.rows(active, e, st.progress[active] / self.total[active])
             feasible = shape_goodput > 0
             shape_goodput = np.where(feasible, believed_goodput, 0.0)
             shape_rate = np.where(feasible, believed_rate, 0.0)
@@ -146,6 +149,11 @@ class ClusterModel:
         max_gpus = self.max_gpus[active]
         if self.physics.bootstrap or self.physics.exploration_cap or self.learned:
             valid, max_gpus = self._explorable(valid, st.max_run_gpus[active], max_gpus)
+        elif self.explore is not None and self.explore[active].any():
+            capped, capped_max = self._explorable(valid, st.max_run_gpus[active], max_gpus, learned=True)
+            some = self.explore[active]
+            valid = np.where(some[:, None], capped, valid)
+            max_gpus = np.where(some, capped_max, max_gpus)
         row_min = np.where(valid, raw, np.inf).min(axis=1)
         good = np.where(valid, raw / np.where(np.isfinite(row_min), row_min, 1.0)[:, None], 0.0)
         rate = shape_rate[:, self.config_shape] / self.calibration[active, None]
@@ -205,16 +213,19 @@ class ClusterModel:
             kept = pinned if kept is None else np.where(pinned >= 0, pinned, kept)
         return snap if kept is None else dataclasses.replace(snap, kept=kept)
 
-    def _explorable(self, valid: np.ndarray, ran: np.ndarray, max_gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _explorable(
+        self, valid: np.ndarray, ran: np.ndarray, max_gpus: np.ndarray, *, learned: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """What the artifact's rules let a job be offered: only its smallest configurations before it has run
         (bootstrap), at most 2× the most GPUs it has run on after (exploration cap); (valid, max GPUs). Learned
         goodput implies both, as ``oak serve``'s exploration limit does."""
         gpus = self.config_gpus[None, :]
         fewest = np.where(valid, gpus, np.iinfo(np.int64).max).min(axis=1)
         limit = np.full(len(ran), np.iinfo(np.int64).max)
-        if self.physics.bootstrap or self.learned:
+        learned = learned or self.learned
+        if self.physics.bootstrap or learned:
             limit = np.where(ran == 0, fewest, limit)
-        if self.physics.exploration_cap or self.learned:
+        if self.physics.exploration_cap or learned:
             limit = np.where(ran > 0, np.maximum(2 * ran, fewest), limit)
         return valid & (gpus <= limit[:, None]), np.minimum(max_gpus, limit)
 

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from oak.errors import OakInputError
 from oak.failures import rng
+from oak.failures.trace import FailureTrace, load_failure_trace
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -59,6 +60,9 @@ class HardwareModel:
     software_rate: float = 0.0
     scale: float = 1.0
     source: str = ""
+    trace: FailureTrace | None = None
+    """A failure log replayed (``trace:FILE``, :mod:`oak.failures.trace`): its node lines are node events (down
+    for their ``down_s``, else ``repair_s``), its job lines the jobs' own failures."""
 
     def __post_init__(self) -> None:
         for f in ("node_rate", "domain_rate", "lemon_fraction", "software_rate", "repair_s"):
@@ -85,9 +89,17 @@ class HardwareModel:
     @property
     def hardware(self) -> bool:
         """Whether the model has node or domain events (else only software failures)."""
-        return self.node_rate > 0 or self.domain_rate > 0
+        return self.node_rate > 0 or self.domain_rate > 0 or (self.trace is not None and bool(self.trace.node_events))
+
+    @property
+    def active(self) -> bool:
+        """Whether the model makes any event beyond the per-job coin: node, domain, software or logged ones."""
+        return self.hardware or self.software_rate > 0 or (self.trace is not None and bool(self.trace.events))
 
     def describe(self) -> str:
+        if self.trace is not None:
+            jobs, nodes = len(self.trace.job_events), len(self.trace.node_events)
+            return f"trace({self.trace.path}: {jobs} job and {nodes} node failure(s))"
         parts = [f"{k}={getattr(self, k):g}" for k in _KEYS if getattr(self, k) != getattr(_ZERO, k)]
         return f"{self.name}({', '.join(parts)})" + (f" — rates ×{self.scale:g}" if self.scale != 1 else "")
 
@@ -101,21 +113,37 @@ class HardwareModel:
         per_day = self.node_rate / 1000.0 * np.where(self.lemons(seed, n_nodes), self.lemon_factor, 1.0)
         return np.asarray(per_day * self.scale / 86_400.0, dtype=np.float64)
 
-    def interval_events(self, seed: int, n_nodes: int, k: int, round_s: float) -> list[tuple[float, tuple[int, ...]]]:
-        """The hardware events of grid interval ``k``: (time, the nodes that go down), by time."""
-        events: list[tuple[float, tuple[int, ...]]] = []
+    def interval_events(
+        self, seed: int, n_nodes: int, k: int, round_s: float, *, first: bool = False
+    ) -> list[tuple[float, tuple[int, ...], float]]:
+        """The hardware events of grid interval ``k``: (time, the nodes that go down, for how long), by time;
+        ``first``: the run's first interval, which also takes the failure log's node lines before it."""
+        events: list[tuple[float, tuple[int, ...], float]] = []
         if self.node_rate > 0 and n_nodes:
             p = _node_probabilities(self, seed, n_nodes, round_s)
             for j, when in _fired(seed, STREAM_NODE, STREAM_NODE_OFFSET, _node_keys(n_nodes), k, p, round_s):
-                events.append((when, (j,)))
+                events.append((when, (j,), self.repair_s))
         if self.domain_rate > 0 and self.domain_nodes > 0 and n_nodes:
             n_dom = -(-n_nodes // self.domain_nodes)
             keys = np.arange(n_dom, dtype=np.uint64) + np.uint64(_DOMAIN_KEY_BASE)
             p_dom = -math.expm1(-self.domain_rate / 1000.0 * self.scale / 86_400.0 * round_s)
             for d, when in _fired(seed, STREAM_DOMAIN, STREAM_DOMAIN_OFFSET, keys, k, p_dom, round_s):
-                events.append((when, tuple(range(d * self.domain_nodes, min(n_nodes, (d + 1) * self.domain_nodes)))))
+                nodes = tuple(range(d * self.domain_nodes, min(n_nodes, (d + 1) * self.domain_nodes)))
+                events.append((when, nodes, self.repair_s))
+        if self.trace is not None:
+            lo, hi = k * round_s, (k + 1) * round_s
+            for e in self.trace.node_events:
+                if (lo <= e.time_s or first) and e.time_s < hi and e.node < n_nodes:
+                    events.append((e.time_s, (e.node,), e.down_s if e.down_s is not None else self.repair_s))
         events.sort()
         return events
+
+    def logged_job_failures(self, k: int, round_s: float) -> list[tuple[float, str]]:
+        """The failure log's job lines in grid interval ``k``: (time, job name), by time."""
+        if self.trace is None:
+            return []
+        lo, hi = k * round_s, (k + 1) * round_s
+        return [(e.time_s, e.job) for e in self.trace.job_events if lo <= e.time_s < hi]
 
     def software_draws(
         self, seed: int, keys: npt.NDArray[np.uint64], k: int, round_s: float
@@ -125,6 +153,22 @@ class HardwareModel:
         u = rng.uniforms(seed, STREAM_SOFTWARE, keys, k)
         v = rng.uniforms(seed, STREAM_SOFTWARE_OFFSET, keys, k)
         return u, (k + v) * round_s, p
+
+
+def _trace(path: str) -> FailureTrace:
+    """The failure log at ``path``, read once per version of the file (runs of a comparison share it)."""
+    from pathlib import Path
+
+    try:
+        st = Path(path).stat()
+    except OSError as exc:
+        raise OakInputError(f"--failure-model trace:{path}: cannot read the failure log ({exc})") from None
+    return _trace_cached(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _trace_cached(path: str, mtime_ns: int, size: int) -> FailureTrace:
+    return load_failure_trace(path)
 
 
 def _node_keys(n_nodes: int) -> npt.NDArray[np.uint64]:
@@ -206,8 +250,13 @@ PRESETS: dict[str, HardwareModel] = {
 
 
 def parse_failure_model(text: str) -> HardwareModel:
-    """``NAME[:key=value,...]``: a preset with fields overridden (e.g. ``llama3:scale=300,repair_s=1800``)."""
+    """``NAME[:key=value,...]``: a preset with fields overridden (e.g. ``llama3:scale=300,repair_s=1800``);
+    ``trace:FILE``: a failure log replayed (:mod:`oak.failures.trace`)."""
     name, _, rest = text.strip().partition(":")
+    if name == "trace":
+        if not rest.strip():
+            raise OakInputError("--failure-model trace:FILE: expected the failure log's path after 'trace:'")
+        return HardwareModel("trace", trace=_trace(rest.strip()), source=f"failure log {rest.strip()}")
     base = PRESETS.get(name)
     if base is None:
         raise OakInputError(f"--failure-model {text!r}: unknown model {name!r}; expected one of {', '.join(PRESETS)}")

@@ -127,30 +127,14 @@ class LearnedGoodput:
 
     def _app(self, job: RuntimeJob, r: JobRecord | None) -> AppProfile:
         m = int(r.batch_size if r is not None and r.batch_size else job.batch_size)
-        params = self.params(job, r)
-        samples = self.samples(r)
-        gpu = GpuProfile(
-            gpu_type=self.profile_type,
-            params=params,
-            b_min=1,
-            b_max=m,
-            fit_rmsle_step=0.0,
-            fit_rmsle_acc=0.0,
-            n_observations=len(samples),
-            max_nodes_profiled=max((s.nodes for s in samples), default=0),
-            max_replicas_profiled=max((s.replicas for s in samples), default=0),
-        )
-        total = float(self.total(job, r))
-        return AppProfile(
-            name=self.app_name(job),
-            m0=m,
-            m_max=m,
-            max_epochs=1,
-            calibration=1.0,
-            restart_penalty_s=job.restart_penalty_s,
-            sia_restart_cost_s=job.restart_penalty_s,
-            gpus={self.profile_type: gpu},
-            validation=ValidationCurves(batches=(m,), epoch_progress=(total,), grad_sqr=((1.0,),), grad_var=((1.0,),)),
+        return learned_app(
+            self.app_name(job),
+            m,
+            self.params(job, r),
+            self.samples(r),
+            float(self.total(job, r)),
+            job.restart_penalty_s,
+            self.profile_type,
         )
 
     @staticmethod
@@ -182,3 +166,38 @@ class LearnedGoodput:
             if np.any(np.abs(x / old[0] - 1.0) > REFIT_TOLERANCE):
                 return True
         return False
+
+
+def learned_app(
+    name: str,
+    batch: int,
+    params: ThroughputParams,
+    samples: Sequence[StepSample],
+    total: float,
+    restart_penalty_s: float,
+    profile_type: str,
+) -> AppProfile:
+    """A catalog application of one job's learned model: its fixed global batch ``batch`` (statistical
+    efficiency 1), throughput ``params`` on ``profile_type``, and one epoch of ``total`` progress."""
+    gpu = GpuProfile(
+        gpu_type=profile_type,
+        params=params,
+        b_min=1,
+        b_max=batch,
+        fit_rmsle_step=0.0,
+        fit_rmsle_acc=0.0,
+        n_observations=len(samples),
+        max_nodes_profiled=max((s.nodes for s in samples), default=0),
+        max_replicas_profiled=max((s.replicas for s in samples), default=0),
+    )
+    return AppProfile(
+        name=name,
+        m0=batch,
+        m_max=batch,
+        max_epochs=1,
+        calibration=1.0,
+        restart_penalty_s=restart_penalty_s,
+        sia_restart_cost_s=restart_penalty_s,
+        gpus={profile_type: gpu},
+        validation=ValidationCurves(batches=(batch,), epoch_progress=(total,), grad_sqr=((1.0,),), grad_var=((1.0,),)),
+    )

@@ -492,9 +492,30 @@ class RuntimeScheduler:
             return records, float(meta["start_wall"])
         records = [JobRecord(n) for n in self.names]
         start = self.clock.time()
-        self.store.save(records, {"fingerprint": fp, "start_wall": start, "policy": self.policy.name})
+        self.store.save(
+            records, {"fingerprint": fp, "start_wall": start, "policy": self.policy.name, "run": self.describe()}
+        )
         self._mark_run(start)
         return records, start
+
+    def describe(self) -> dict[str, Any]:
+        """What a simulator needs of this run's settings (``oak export-trace``): policy, seed, round, injected
+        failure rate, devices and nodes, and the jobs file's jobs (a live run's are its submissions)."""
+        o = self.opts
+        d: dict[str, Any] = {
+            "policy": self.policy.name,
+            "seed": int(o.seed),
+            "round_s": o.round_s,
+            "failure_rate": o.failure_rate,
+            "devices": o.devices,
+            "device_kind": o.device_kind,
+            "profile_type": o.profile_type,
+            "nodes": [[n.name, n.slots] for n in o.nodes],
+            "serving": self.serving,
+        }
+        if not self.serving:
+            d["jobs"] = [job_to_dict(j) for j in self.jobs]
+        return d
 
     def _other_run(self, was: str) -> str:
         """Why a run directory's run is not this one."""
@@ -636,6 +657,14 @@ class RuntimeScheduler:
                 if not r.ready and (step > r.launch_step or bool(status.get("done"))):
                     r.ready = True
                 r.step = max(r.step, step) if r.ready else r.step
+                with contextlib.suppress(TypeError, ValueError, OverflowError):  # the packaged worker's timing
+                    self._record_step_time(
+                        job,
+                        r,
+                        int(status.get("steps_timed") or 0),
+                        float(status.get("step_time_s") or 0.0),
+                        float(status.get("updated_at") or 0.0),
+                    )
             if status is not None and ours:
                 with contextlib.suppress(TypeError, ValueError):
                     reported = float(status.get("updated_at"))  # type: ignore[arg-type]
@@ -715,6 +744,13 @@ class RuntimeScheduler:
         else:
             r.ready = True
             r.step = max(r.step, step)
+        self._record_step_time(job, r, steps_timed, step_time, updated)
+
+    def _record_step_time(
+        self, job: RuntimeJob, r: JobRecord, steps_timed: int, step_time: float, updated: float
+    ) -> None:
+        """Add a report's measured step time at the job's allocation to its step-time log: a command job's
+        learned goodput model, and for every job what ``oak export-trace`` gives the simulator."""
         seen = self._live.timed.get(job.name)
         ok = 0 < steps_timed <= MAX_TIMED_STEPS and math.isfinite(step_time) and 0 < step_time <= MAX_STEP_S
         if ok and updated != seen:
@@ -735,6 +771,7 @@ class RuntimeScheduler:
         r.unplace()
         why = f"launch failed: {exc}"
         self._count_failure(r, now, why, progressed=False, fatal=isinstance(exc, OakInputError))
+        self.store.log_failure(now, "crash", job=job.name, detail=why)
         self.failure_notes[job.name] = r.gave_up or why
         self._settle(r, now, r.gave_up or why)
 
@@ -776,6 +813,7 @@ class RuntimeScheduler:
         if usage_error:
             why = f"its workers reported an input error ({why})"
         self._count_failure(r, now, why, progressed=progressed, fatal=usage_error, advanced=advanced)
+        self.store.log_failure(now, "stall" if why.startswith("stalled") else "crash", job=job.name, detail=why)
         self.failure_notes[job.name] = (r.gave_up or why) + (f"\n{tail}" if tail else "")
         self._settle(r, now, r.gave_up or why)
 
@@ -821,6 +859,7 @@ class RuntimeScheduler:
             self.executor.kill(job.name)
             self._release(job, r)
             r.failures += 1
+            self.store.log_failure(now, "injected", job=job.name, detail="injected failure (SIGKILL)")
             self._settle(r, now, "injected failure (SIGKILL)")
             hit = True
         return hit
@@ -856,6 +895,7 @@ class RuntimeScheduler:
             else:
                 self.node_down[k] = False
                 self._event({"event": "node-up", "t": round(now, 3), "node": node.name})
+                self.store.log_failure(now, "node-back", node=node.name)
         return changed
 
     def _node_down(self, k: int, records: list[JobRecord], now: float, why: str) -> None:
@@ -865,6 +905,7 @@ class RuntimeScheduler:
         self.node_down[k] = True
         self.node_failures[k] += 1
         self._event({"event": "node-down", "t": round(now, 3), "node": node.name, "why": why})
+        self.store.log_failure(now, "node-loss", node=node.name, detail=why)
         for i, (job, r) in enumerate(zip(self.jobs, records, strict=True)):
             if r.launched_at_s is None or i in self._live.stopping:
                 continue

@@ -26,7 +26,14 @@ CREATE TABLE IF NOT EXISTS submissions (
 CREATE TABLE IF NOT EXISTS rounds (
     k INTEGER PRIMARY KEY, time_s REAL NOT NULL, decision_ms REAL NOT NULL, allocation TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS failures (
+    seq INTEGER PRIMARY KEY, time_s REAL NOT NULL, job TEXT NOT NULL, node TEXT NOT NULL, kind TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
 """
+FAILURE_KINDS = ("injected", "crash", "stall", "node-loss", "node-back")
+"""What the ``failures`` table logs: a job's injected kill, its error exit (or refused launch), its stall; a node
+going down (its jobs fail with it) and coming back."""
 
 
 @dataclass
@@ -228,6 +235,23 @@ class RunStore:
                 self._db.execute(
                     "INSERT OR REPLACE INTO jobs VALUES (?, ?)", (r.name, json.dumps(asdict(r), sort_keys=True))
                 )
+
+    def log_failure(self, time_s: float, kind: str, *, job: str = "", node: str = "", detail: str = "") -> None:
+        """Append one failure (``FAILURE_KINDS``) to the run's failure log at once: what happened in the world
+        stays logged whatever the scheduler does next (``oak export-trace`` replays it)."""
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"failure kind {kind!r}: expected one of {FAILURE_KINDS}")
+        self._keep_wal()
+        with self._tx():
+            self._db.execute(
+                "INSERT INTO failures (time_s, job, node, kind, detail) VALUES (?, ?, ?, ?, ?)",
+                (float(time_s), job, node, kind, detail[:500]),
+            )
+
+    def failures(self) -> list[dict[str, Any]]:
+        """The run's failure log, in the order logged: time_s, job, node, kind, detail."""
+        rows = self._db.execute("SELECT time_s, job, node, kind, detail FROM failures ORDER BY seq")
+        return [dict(zip(("time_s", "job", "node", "kind", "detail"), row, strict=True)) for row in rows]
 
     def rounds(self) -> int:
         row = self._db.execute("SELECT COUNT(*) FROM rounds").fetchone()

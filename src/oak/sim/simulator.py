@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 
-from oak.catalog import Catalog
-from oak.engine.beliefs import Beliefs
+from oak.catalog import AppProfile, Catalog
+from oak.engine.beliefs import Beliefs, RunBeliefs
 from oak.engine.ledger import JobsState
 from oak.engine.metrics import JobResult, RunResult
 from oak.engine.model import ClusterModel
@@ -57,11 +57,35 @@ class Simulator:
         physics: PhysicsOptions | None = None,
         *,
         idle_fast_forward: bool = True,
+        believed: Mapping[str, AppProfile] | None = None,
+        restore_s: Mapping[str, float] | None = None,
+        learn: Collection[str] = (),
     ) -> None:
         """``idle_fast_forward``: skip the provably unchanged rounds of idle stretches (module docstring); False
-        steps and decides round by round (same results, for tests)."""
+        steps and decides round by round (same results, for tests). ``believed``: job name → the application
+        whose goodput the policy sees for that job, instead of its true one (:class:`RunBeliefs`; under
+        known goodput only); ``learn``: jobs whose goodput the policy learns online as the run goes, under the
+        exploration cap (:class:`RunBeliefs`; the others' is known). ``restore_s``: job name → its restore delay (s) at every (re)start and failure,
+        instead of the physics rule's (a measured one: ``oak replay``); the policy still sees its P_restart."""
         self.model = ClusterModel(workload, cluster, catalog, physics)
+        index = {j.name: i for i, j in enumerate(workload.jobs)}
+        for name, value in (restore_s or {}).items():
+            if name not in index or not (math.isfinite(value) and value >= 0):
+                raise OakInputError(f"restore delay of job {name!r}: {value!r}: expected a job of the workload, >= 0 s")
+            self.model.restore_delay[index[name]] = float(value)
         self.idle_fast_forward = idle_fast_forward
+        self.believed = dict(believed or {})
+        unknown = sorted(set(self.believed) - {j.name for j in workload.jobs})
+        if unknown:
+            raise OakInputError(f"believed goodput of job(s) {', '.join(unknown)}: not in the workload")
+        self.learn = set(learn)
+        unknown = sorted(self.learn - {j.name for j in workload.jobs} | (self.learn & set(self.believed)))
+        if unknown:
+            raise OakInputError(f"learned goodput of job(s) {', '.join(unknown)}: not in the workload, or believed")
+        if (self.believed or self.learn) and self.model.learned:
+            raise OakInputError("believed goodput is given under known goodput only (--goodput learned learns it)")
+        if self.learn:
+            self.model.explore = np.array([j.name in self.learn for j in workload.jobs])
 
     # ------------------------------------------------------------------ run
     def run(
@@ -82,6 +106,11 @@ class Simulator:
         st = JobsState.initial(base_submit)
         if self.model.learned:
             st.beliefs = Beliefs(self.model.table, self.model.apps)
+        elif self.believed or self.learn:
+            specs = self.model.workload.jobs
+            given = [self.believed.get(j.name) for j in specs]
+            learn = [j.name in self.learn for j in specs]
+            st.beliefs = RunBeliefs(self.model.table, self.model.apps, given, learn, self.model.total)
         round_s = ph.round_s
         t = float(st.submit.min())
         interval = -1
@@ -90,12 +119,18 @@ class Simulator:
         stream = FailureStream(seed, self.model.keys, round_s)
         failures = failure_model(ph.failure_scope, failure_rate)
         hw = parse_failure_model(ph.failure_model)
-        hw_on = hw.hardware or hw.software_rate > 0
+        hw_on = hw.active
+        if hw.trace is not None:  # a failure log's lines name jobs and nodes of this workload and cluster
+            hw.trace.check_jobs({j.name for j in self.model.workload.jobs}, f"workload {self.model.workload.name!r}")
+            hw.trace.check_nodes(len(self.model.cluster.nodes), f"cluster {self.model.cluster.name!r}")
+        index = {j.name: i for i, j in enumerate(self.model.workload.jobs)}
+        logged: list[tuple[float, int]] = []  # the failure log's job lines of the current interval, by time
+        first_interval = True
         n_nodes = len(self.model.cluster.nodes)
         down_until = np.zeros(n_nodes)
         st.node_down = np.zeros(n_nodes, bool)
         st.node_failures = np.zeros(n_nodes, np.int64)
-        hw_pending: list[tuple[float, tuple[int, ...]]] = []
+        hw_pending: list[tuple[float, tuple[int, ...], float]] = []
         hw_log: list[float] = []
         sw_u = sw_time = np.ones(n)
         sw_p = 0.0
@@ -113,7 +148,9 @@ class Simulator:
                 interval = k
                 fail_u, fail_time = stream.interval(k)  # a fresh array: failures that fired are marked inf
                 if hw_on:
-                    hw_pending = hw.interval_events(seed, n_nodes, k, round_s)
+                    hw_pending = hw.interval_events(seed, n_nodes, k, round_s, first=first_interval)
+                    first_interval = False
+                    logged = [(when, index[name]) for when, name in hw.logged_job_failures(k, round_s)]
                     sw_u, sw_time, sw_p = hw.software_draws(seed, self.model.keys, k, round_s)
                     # events at the very start of the interval (or before a run that starts inside it) happen now
                     if self._hardware_events(st, t, hw, hw_pending, hw_log, down_until, node_rate_s):
@@ -161,7 +198,7 @@ class Simulator:
                 if cand.any():
                     candidates.append(float(fail_time[cand].min()))
             if hw_on:
-                later = [e for e, _ in hw_pending if e > t + _EPS * max(1.0, t)]
+                later = [e for e, _, _ in hw_pending if e > t + _EPS * max(1.0, t)]
                 if later:
                     candidates.append(min(later))
                 repairing = down_until > t
@@ -170,6 +207,9 @@ class Simulator:
                 cand = alloc & ~st.ghost & (sw_time > t) & (sw_u < sw_p)
                 if cand.any():
                     candidates.append(float(sw_time[cand].min()))
+                later_logged = [when for when, _ in logged if when > t + _EPS * max(1.0, t)]
+                if later_logged:
+                    candidates.append(min(later_logged))
             t_next = min(candidates)
             self._advance(st, t_next - t)
             t = t_next
@@ -205,6 +245,15 @@ class Simulator:
                         self._lose_work(st, int(j), node_rate_s, hw)
                     self._fail(st, np.flatnonzero(hit))
                     sw_time[hit] = np.inf
+                    decide = decide or immediate
+            if logged and logged[0][0] <= t + _EPS * max(1.0, t):
+                fired = []
+                while logged and logged[0][0] <= t + _EPS * max(1.0, t):
+                    _, j = logged.pop(0)
+                    if st.shape[j] >= 0 and not st.ghost[j] and j not in fired:  # only a job that holds GPUs
+                        fired.append(j)
+                if fired:
+                    self._fail(st, np.array(fired))
                     decide = decide or immediate
             newly = ~st.arrived & (st.submit <= t + _EPS)
             if newly.any():
@@ -274,7 +323,7 @@ class Simulator:
         st: JobsState,
         t: float,
         hw: HardwareModel,
-        pending: list[tuple[float, tuple[int, ...]]],
+        pending: list[tuple[float, tuple[int, ...], float]],
         log: list[float],
         down_until: np.ndarray,
         node_rate_s: float,
@@ -290,14 +339,16 @@ class Simulator:
             down_until[back] = 0.0
             changed = True
         while pending and pending[0][0] <= t + tol:
-            when, nodes = pending.pop(0)
+            when, nodes, down_s = pending.pop(0)
             fresh = [j for j in nodes if not st.node_down[j]]
             if not fresh:
                 continue
             log.append(when)
-            st.node_down[fresh] = True
             st.node_failures[fresh] += 1  # observed: a real scheduler sees which nodes failed
-            down_until[fresh] = when + hw.repair_s
+            if when + down_s <= t + tol:  # a logged node line whose downtime ended before the run reached it
+                continue
+            st.node_down[fresh] = True
+            down_until[fresh] = when + down_s
             changed = True
             gone = set(fresh)
             hit = [
@@ -326,6 +377,11 @@ class Simulator:
         ph = self.model.physics
         if ph.lost_work == "since-checkpoint":
             interval = ph.checkpoint_interval_s
+        elif hw.trace is not None:  # a logged node loss: the run's lost-work rule, as for every other failure
+            if ph.lost_work == "none":
+                st.ckpt_tprog[i] = st.t_progress[i]
+                return
+            interval = math.inf  # "since-restart"
         else:
             nodes = {int(self.model.gpu_node[g]) for g in st.gpus[i]}
             racks = {n // hw.domain_nodes for n in nodes} if hw.domain_nodes > 0 else set()

@@ -1,0 +1,155 @@
+"""What a run recorded, as a simulator's input: ``oak export-trace RUN_DIR --out T.json`` (docs/twin.md).
+
+A run directory's ``state.sqlite`` holds, besides the scheduler's state, what the simulator needs to replay the
+run: the run's settings and jobs (meta ``run``, written when the run began; a live run's jobs are its
+submissions, with their submit times on the run clock), each job's measured step times per allocation (its
+step-time log: the packaged worker's and ``oak.job.report``'s timed steps), its measured restore time (the time
+from each launch to its first step beyond the checkpoint it resumed from: T_ckpt over its incarnations), its
+measured result, and the failure log (``RunStore.failures``: injected kills, crashes, stalls, nodes lost and back).
+
+The trace is one JSON document (``FORMAT``, version ``VERSION``); its failures are also written as a failure
+log CSV (:mod:`oak.failures.trace`) that ``--failure-model trace:FILE`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from oak.errors import OakInputError
+from oak.failures.trace import FailureEvent
+from oak.runtime.jobs_file import RuntimeJob, job_from_dict
+from oak.runtime.learned import LearnedGoodput
+from oak.runtime.store import JobRecord, RunStore
+
+FORMAT = "oak-run-trace"
+VERSION = 1
+
+
+def export_trace(run_dir: str | Path) -> dict[str, Any]:
+    """The trace of the run in ``run_dir`` (module docstring); OakInputError if it holds no run, or a run begun
+    before runs recorded their settings."""
+    run = Path(run_dir)
+    db = run / "state.sqlite"
+    if not db.is_file():
+        raise OakInputError(f"{run}: no run here (no state.sqlite); expected an oak run or oak serve run directory")
+    store = RunStore(db)
+    try:
+        meta = store.meta()
+        if not meta:
+            raise OakInputError(f"{db}: holds no run")
+        desc = meta.get("run")
+        if not isinstance(desc, dict):
+            raise OakInputError(
+                f"{db}: the run does not record its settings (begun by an older oak); run it again to export it"
+            )
+        records = store.jobs()
+        failures = store.failures()
+        dicts = store.submissions() if desc.get("serving") else list(desc.get("jobs") or [])
+    finally:
+        store.close()
+    jobs = [job_from_dict(d) for d in dicts]
+    end_s = float(meta.get("last_tick_s", 0.0))
+    node_names = [str(n[0]) for n in desc.get("nodes") or []]
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "run": {**{k: v for k, v in desc.items() if k != "jobs"}, "end_s": end_s, "run_dir": str(run.resolve())},
+        "jobs": [_job(j, records.get(j.name, JobRecord(j.name))) for j in jobs],
+        "failures": _failures(failures, node_names, end_s),
+    }
+
+
+def _job(job: RuntimeJob, r: JobRecord) -> dict[str, Any]:
+    restore = r.t_ckpt_s / r.incarnations if r.incarnations else None
+    return {
+        "name": job.name,
+        "submit_s": job.submit_s,
+        "min_gpus": job.min_gpus,
+        "max_gpus": job.max_gpus,
+        "batch_size": int(r.batch_size or job.batch_size),
+        "restart_penalty_s": job.restart_penalty_s,
+        "application": job.application,
+        "command": job.is_command,
+        "model": job.model,
+        "total_steps": LearnedGoodput.total(job, r),
+        "steplog": r.steplog,
+        "restore_s": restore,
+        "measured": {
+            "state": r.state,
+            "jct_s": (r.finish_s - job.submit_s) if r.done and r.finish_s is not None else None,
+            "restarts": r.restarts,
+            "failures": r.failures,
+            "incarnations": r.incarnations,
+            "t_progress_s": r.t_progress_s,
+            "t_ckpt_s": r.t_ckpt_s,
+            "t_queue_s": r.t_queue_s,
+            "gpu_s_used": r.gpu_s,
+            "gpu_s_lost": r.gpu_s_lost,
+            "step": r.step,
+        },
+    }
+
+
+def _failures(rows: list[dict[str, Any]], node_names: list[str], end_s: float) -> list[dict[str, Any]]:
+    """The failure log as trace lines: a node's loss with how long it stayed down (until its ``node-back``, or
+    the run's end), a job's failures as they were logged."""
+    out: list[dict[str, Any]] = []
+    for i, row in enumerate(rows):
+        kind, t = str(row["kind"]), float(row["time_s"])
+        if kind == "node-back":
+            continue
+        line: dict[str, Any] = {"time_s": t, "kind": kind, "detail": row["detail"]}
+        if row["job"]:
+            line["job"] = row["job"]
+        else:
+            name = str(row["node"])
+            back = next(
+                (float(b["time_s"]) for b in rows[i + 1 :] if b["kind"] == "node-back" and b["node"] == name), None
+            )
+            line["node"] = node_names.index(name) if name in node_names else -1
+            line["node_name"] = name
+            line["down_s"] = max((back if back is not None else end_s) - t, 1e-3)
+        out.append(line)
+    return out
+
+
+def failure_events(trace: dict[str, Any], *, injected: bool = True) -> list[FailureEvent]:
+    """The trace's failures as failure-log events (``injected=False`` leaves out the runtime's injected kills:
+    a replay draws those again from the run's seed and failure rate)."""
+    events = []
+    for f in trace.get("failures") or []:
+        if f["kind"] == "injected" and not injected:
+            continue
+        if "job" in f:
+            events.append(FailureEvent(float(f["time_s"]), str(f["kind"]), job=str(f["job"])))
+        elif int(f.get("node", -1)) >= 0:
+            events.append(FailureEvent(float(f["time_s"]), str(f["kind"]), node=int(f["node"]), down_s=f["down_s"]))
+    return events
+
+
+def load_trace(path: str | Path) -> dict[str, Any]:
+    """A trace written by ``oak export-trace`` (checked: format, version, the fields a replay reads)."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OakInputError(f"{p}: cannot read the trace ({exc})") from None
+    except ValueError as exc:
+        raise OakInputError(f"{p}: not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise OakInputError(f'{p}: not a run trace (expected "format": "{FORMAT}"; oak export-trace writes one)')
+    if doc.get("version") != VERSION:
+        raise OakInputError(f"{p}: trace version {doc.get('version')!r}; this oak reads version {VERSION}")
+    for key, kind in (("run", dict), ("jobs", list), ("failures", list)):
+        if not isinstance(doc.get(key), kind):
+            raise OakInputError(f"{p}: field {key!r}: expected a JSON {'object' if kind is dict else 'array'}")
+    for i, j in enumerate(doc["jobs"]):
+        for key in ("name", "submit_s", "min_gpus", "max_gpus", "batch_size", "total_steps", "measured"):
+            if not isinstance(j, dict) or key not in j:
+                raise OakInputError(f"{p}: jobs[{i}]: missing field {key!r}")
+        if not (isinstance(j["submit_s"], int | float) and math.isfinite(j["submit_s"]) and j["submit_s"] >= 0):
+            raise OakInputError(f"{p}: jobs[{i}].submit_s {j['submit_s']!r}: expected a number >= 0")
+    return doc

@@ -269,3 +269,14 @@ def test_oak_replay_of_a_real_run_prints_measured_and_simulated_rows(tmp_path: P
     trace = oak("export-trace", str(run), "--out", str(tmp_path / "t.json"), "--failures", str(tmp_path / "f.csv"))
     assert trace.returncode == 0, trace.stderr
     assert ",b,,crash," in (tmp_path / "f.csv").read_text()
+
+
+def test_hindsight_replay_gives_every_policy_the_fitted_models() -> None:
+    """--knowledge hindsight: no job is believed or learned; an unknown setting is an input error."""
+    trace = _trace([_job("a", 400, {1: 0.25, 2: 0.15}, 4.0, command=True, application="")], [])
+    twin, _ = replay(trace, ["oak"])
+    assert twin.learn == frozenset({"a"})
+    hind, _ = replay(trace, ["oak"], knowledge="hindsight")
+    assert hind.learn == frozenset() and hind.believed == {}
+    with pytest.raises(OakInputError, match="--knowledge 'psychic'"):
+        replay(trace, ["oak"], knowledge="psychic")

@@ -186,18 +186,29 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
     )
 
 
+KNOWLEDGE = ("run", "hindsight")
+"""What a replayed policy knows of the jobs' goodput: what the run's scheduler knew (``run``), or every job's
+fitted model from the start (``hindsight``: what the policy would have done had it known)."""
+
+
 def replay(
     trace: dict[str, Any],
     policies: Sequence[str],
     seeds: int = 1,
     progress: Callable[[RunResult], None] | None = None,
+    knowledge: str = "run",
 ) -> tuple[Twin, list[RunResult]]:
     """Simulate the run of ``trace`` under each of ``policies`` for ``seeds`` seeds (the run's seed first, then
-    the next ones: paired across policies). Returns the twin and the results, policy-major."""
+    the next ones: paired across policies), the policies knowing ``knowledge`` (:data:`KNOWLEDGE`). Returns
+    the twin and the results, policy-major."""
     if seeds < 1:
         raise OakInputError(f"--seeds {seeds}: expected a positive integer")
+    if knowledge not in KNOWLEDGE:
+        raise OakInputError(f"--knowledge {knowledge!r}: expected one of {', '.join(KNOWLEDGE)}")
     with tempfile.TemporaryDirectory(prefix="oak-replay-") as tmp:
         twin = build_twin(trace, Path(tmp) / "failures.csv")
+        if knowledge == "hindsight":
+            twin = dataclasses.replace(twin, believed={}, learn=frozenset())
         sim = twin.simulator()
         results = []
         for pol in policies:

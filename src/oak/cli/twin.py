@@ -60,6 +60,13 @@ def replay(
         str, typer.Option(help="Comma-separated policies to simulate the run under (its own: --policies own).")
     ] = "own,oak,oak-paper,sia",
     seeds: Annotated[int, typer.Option(help="Seeds per policy: the run's seed, then the next ones.")] = 1,
+    knowledge: Annotated[
+        str,
+        typer.Option(
+            help="What the policies know of each job's goodput: 'run' (what the run's scheduler knew: catalog "
+            "models, online learning) or 'hindsight' (every job's fitted model from the start)."
+        ),
+    ] = "run",
     json_path: JsonOpt = None,
 ) -> None:
     """Simulate a real run under its own policy and others, beside its measured result: the sim-to-real gap."""
@@ -82,9 +89,13 @@ def replay(
 
     for name in names:
         make_policy(name)  # an unknown policy is an input error before anything runs
+    from oak.twin import KNOWLEDGE
+
+    if knowledge not in KNOWLEDGE:
+        fail(f"--knowledge {knowledge}: expected one of {', '.join(KNOWLEDGE)}")
     with progress_bar() as bar:
         task = bar.add_task(f"simulating {len(names) * seeds} runs", total=len(names) * seeds)
-        twin, results = replay(trace, names, seeds, progress=lambda _r: bar.advance(task))
+        twin, results = replay(trace, names, seeds, progress=lambda _r: bar.advance(task), knowledge=knowledge)
     rows = summarise([twin.measured, *results])
     table = Table(title=f"{twin.workload.name}: measured, and simulated over {seeds} seed(s) from seed {twin.seed}")
     for col in ("policy", "λ", "mean JCT (s)", "max JCT (s)", "restarts/job", "unfinished"):
@@ -132,6 +143,7 @@ def replay(
         write_json(
             json_path,
             {
+                "knowledge": knowledge,
                 "measured": twin.measured.to_json(),
                 "runs": [r.to_json() for r in results],
                 "summary": rows,

@@ -78,6 +78,10 @@ class JobsState:
     #: jobs the world holds to their current allocation this round, whatever the policy decides (a runtime job
     #: asked to stop that has not exited yet: its devices are not free)
     pinned: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    #: seconds of running between two periodic checkpoints' starts (interval + write time; inf: none), per job
+    ckpt_period: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: GPU-seconds each job spent writing periodic checkpoints
+    gpu_ckpt: np.ndarray = field(default_factory=lambda: np.zeros(0))
     #: what the scheduler believes of each job's throughput (goodput "learned"); None: the truth is known
     beliefs: Beliefs | None = None
 

@@ -23,6 +23,8 @@ class JobResult:
     t_queue_s: float
     gpu_s_used: float
     gpu_s_lost: float
+    gpu_s_ckpt: float = 0.0
+    """GPU-seconds spent writing periodic checkpoints (``checkpoint_policy`` other than "implicit")."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -36,6 +38,7 @@ class JobResult:
             "t_queue_s": self.t_queue_s,
             "gpu_s_used": self.gpu_s_used,
             "gpu_s_lost": self.gpu_s_lost,
+            "gpu_s_ckpt": self.gpu_s_ckpt,
         }
 
 
@@ -105,9 +108,12 @@ class RunResult:
         effective training time (productive share of the allocated GPU-time, what operators report)."""
         used = sum(j.gpu_s_used for j in self.jobs)
         lost = sum(j.gpu_s_lost for j in self.jobs)
+        ckpt = sum(j.gpu_s_ckpt for j in self.jobs)
         out: dict[str, Any] = {
             "lost_gpu_hours": lost / 3600.0,
-            "effective_training": (used - lost) / used if used > 0 else 1.0,  # no GPU time: nothing lost
+            "checkpoint_gpu_hours": ckpt / 3600.0,
+            # productive share of the allocated GPU-time: neither lost nor spent writing checkpoints
+            "effective_training": (used - lost - ckpt) / used if used > 0 else 1.0,  # no GPU time: nothing lost
         }
         if self.failure_model:
             out["failure_model"] = self.failure_model

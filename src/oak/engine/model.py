@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 
 from oak.catalog import Catalog
+from oak.catalog.checkpoint import checkpoint_write_s
 from oak.engine.ledger import JobsState
 from oak.engine.rules import PhysicsOptions
 from oak.engine.tables import JobTables
@@ -89,6 +90,8 @@ class ClusterModel:
         self.restore_delay = np.array([self.physics.restore_delay_s(p) for p in self.penalty])
         self.total = np.array([a.total_progress for a in self.apps], dtype=np.float64)
         self.calibration = np.array([a.calibration for a in self.apps], dtype=np.float64)
+        #: seconds one periodic checkpoint of each job takes (its application's, oak.catalog.checkpoint)
+        self.ckpt_write = np.array([checkpoint_write_s(a.name) for a in self.apps], dtype=np.float64)
         gpus = self.config_gpus[None, :]
         lo = np.array([j.min_gpus for j in jobs])[:, None]
         hi = np.array([j.max_gpus for j in jobs])[:, None]

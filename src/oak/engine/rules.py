@@ -66,6 +66,14 @@ class PhysicsOptions:
     noisy step-time samples at the sizes it has run, as ``oak serve`` does, :mod:`oak.engine.beliefs`; the job is
     offered its smallest configurations before it has run and at most 2× the most GPUs it has run on after). The
     world's physics always follows the true model.
+
+    checkpoint_policy: "implicit" (checkpoints are free and taken as ``lost_work`` says), or each job writes
+    periodic checkpoints that cost it its application's checkpoint write time C (``oak.catalog.checkpoint``:
+    no progress meanwhile, checkpoint GPU-time) and every failure loses the progress since its last one:
+    "none" (no periodic checkpoint: since its last (re)start), "fixed:S" (every S s of running), "young-daly"
+    (every √(2·C·MTBF) s, MTBF from the failure rate of what the job holds: λ's coin, the software rate, and
+    each of its nodes' rate as observed so far — the model's mean rate as a prior worth one failure — plus
+    its racks'; the interval the scheduler advises, recomputed at every decision).
     """
 
     round_s: float = 60.0
@@ -85,6 +93,7 @@ class PhysicsOptions:
     failure_mode: str = "restore"
     failure_model: str = "paper"
     goodput: str = "known"
+    checkpoint_policy: str = "implicit"
 
     def __post_init__(self) -> None:
         from oak.failures.hardware import parse_failure_model
@@ -122,6 +131,7 @@ class PhysicsOptions:
             v = getattr(self, name)
             if not (math.isfinite(v) and 0 < v <= MAX_TIME_S):
                 raise OakInputError(f"physics {name}={v!r}: expected a positive number of seconds <= {MAX_TIME_S:g}")
+        checkpoint_interval(self.checkpoint_policy)  # a bad policy is an input error here
         if not (math.isfinite(self.arrival_jitter_s) and 0 <= self.arrival_jitter_s <= MAX_TIME_S):
             raise OakInputError(
                 f"physics arrival_jitter_s={self.arrival_jitter_s!r}: expected a number of seconds in [0, {MAX_TIME_S:g}]"
@@ -161,6 +171,8 @@ FIELD_HELP: dict[str, str] = {
     "its allocation changes).",
     "failure_model": "Hardware failure model NAME[:key=value,...] ('oak failures list'): paper (λ only), llama3, rsc1, "
     "lemon, domain; e.g. llama3:scale=300. Its events add to --failure-rate's.",
+    "checkpoint_policy": "'implicit' (free checkpoints, as --lost-work says), 'none', 'fixed:S' (every S s) or "
+    "'young-daly' (each job's advised interval from its checkpoint cost and failure rate); checkpoints cost time.",
     "goodput": "'known' (policies see every job's true goodput) or 'learned' (fitted online from noisy step times "
     "at the sizes a job has run, with a 1-GPU start and a 2x exploration cap, as oak serve does).",
 }
@@ -178,3 +190,25 @@ def with_rules(physics: PhysicsOptions, rules: str) -> PhysicsOptions:
 def rules_of(physics: PhysicsOptions) -> str:
     """The rule set ``physics`` follows: ``sia-artifact`` when all its rules are on, else ``default``."""
     return "sia-artifact" if all(getattr(physics, k) == v for k, v in SIA_ARTIFACT_RULES.items()) else "default"
+
+
+CHECKPOINT_POLICIES = ("implicit", "none", "young-daly", "fixed:S")
+
+
+def checkpoint_interval(policy: str) -> float | None:
+    """The fixed interval (s) of ``policy`` ("fixed:S"); None for the other policies (``CHECKPOINT_POLICIES``);
+    OakInputError for anything else."""
+    if policy in ("implicit", "none", "young-daly"):
+        return None
+    kind, _, value = policy.partition(":")
+    if kind == "fixed":
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if math.isfinite(seconds) and 0 < seconds <= MAX_TIME_S:
+            return seconds
+    raise OakInputError(
+        f"physics checkpoint_policy={policy!r}: expected implicit, none, young-daly or fixed:S with S a number of "
+        f"seconds in (0, {MAX_TIME_S:g}]"
+    )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from oak.engine.beliefs import Beliefs, RunBeliefs
 from oak.engine.ledger import JobsState
 from oak.engine.metrics import JobResult, RunResult
 from oak.engine.model import ClusterModel
-from oak.engine.rules import PhysicsOptions
+from oak.engine.rules import PhysicsOptions, checkpoint_interval
 from oak.engine.step import Intent, step
 from oak.errors import OakInputError
 from oak.failures import FailureStream, failure_model, rng
@@ -68,6 +69,7 @@ class Simulator:
         exploration cap (:class:`RunBeliefs`; the others' is known). ``restore_s``: job name → its restore delay (s) at every (re)start and failure,
         instead of the physics rule's (a measured one: ``oak replay``); the policy still sees its P_restart."""
         self.model = ClusterModel(workload, cluster, catalog, physics)
+        self._ckpt: _Checkpoints | None = None
         index = {j.name: i for i, j in enumerate(workload.jobs)}
         for name, value in (restore_s or {}).items():
             if name not in index or not (math.isfinite(value) and value >= 0):
@@ -135,6 +137,11 @@ class Simulator:
         sw_u = sw_time = np.ones(n)
         sw_p = 0.0
         node_rate_s = float(hw.node_rates(seed, n_nodes).mean()) if hw.hardware else 0.0
+        st.ckpt_period = np.full(n, np.inf)
+        st.gpu_ckpt = np.zeros(n)
+        self._ckpt = (
+            _Checkpoints(ph, failures, failure_rate, hw, node_rate_s, t) if ph.checkpoint_policy != "implicit" else None
+        )
         decision_ms: list[float] = []
         # no fast-forward under hardware failures: repairs change the capacity, and every interval's events count
         skip_idle = self.idle_fast_forward and on_round is None and not hw_on
@@ -151,6 +158,8 @@ class Simulator:
                     hw_pending = hw.interval_events(seed, n_nodes, k, round_s, first=first_interval)
                     first_interval = False
                     logged = [(when, index[name]) for when, name in hw.logged_job_failures(k, round_s)]
+                    if logged and self._fire_logged(st, t, logged):  # at the very start of the interval: now
+                        decide = decide or immediate
                     sw_u, sw_time, sw_p = hw.software_draws(seed, self.model.keys, k, round_s)
                     # events at the very start of the interval (or before a run that starts inside it) happen now
                     if self._hardware_events(st, t, hw, hw_pending, hw_log, down_until, node_rate_s):
@@ -162,6 +171,8 @@ class Simulator:
                     idle_before = not bool((st.shape >= 0).any())
                     state_before = st.policy_state
                     self._decide(st, t, active, policy, decision_ms, on_round, seed)
+                    if self._ckpt is not None:
+                        self._ckpt.periods(self.model, st, t)
                     # The next rounds' snapshots equal this one but for the clock fields: the same decision.
                     idle = (
                         clock_free
@@ -246,15 +257,8 @@ class Simulator:
                     self._fail(st, np.flatnonzero(hit))
                     sw_time[hit] = np.inf
                     decide = decide or immediate
-            if logged and logged[0][0] <= t + _EPS * max(1.0, t):
-                fired = []
-                while logged and logged[0][0] <= t + _EPS * max(1.0, t):
-                    _, j = logged.pop(0)
-                    if st.shape[j] >= 0 and not st.ghost[j] and j not in fired:  # only a job that holds GPUs
-                        fired.append(j)
-                if fired:
-                    self._fail(st, np.array(fired))
-                    decide = decide or immediate
+            if logged and self._fire_logged(st, t, logged):
+                decide = decide or immediate
             newly = ~st.arrived & (st.submit <= t + _EPS)
             if newly.any():
                 st.arrived |= newly
@@ -275,6 +279,7 @@ class Simulator:
                 t_queue_s=float(st.t_queue[i]),
                 gpu_s_used=float(st.gpu_s[i]),
                 gpu_s_lost=float(st.gpu_lost[i]),
+                gpu_s_ckpt=float(st.gpu_ckpt[i]),
             )
             for i, spec in enumerate(self.model.workload.jobs)
         )
@@ -375,6 +380,9 @@ class Simulator:
         whose P_restart is 0 checkpoints for free and loses nothing. The lost progress is valued at the job's
         rate on its configuration (also while it restores, when it makes none)."""
         ph = self.model.physics
+        if self._ckpt is not None:  # periodic checkpoints: the progress since the last one is lost
+            self._lose_since_checkpoint(st, i, float(self._shape_rates(st, np.array([i]))[0]))
+            return
         if ph.lost_work == "since-checkpoint":
             interval = ph.checkpoint_interval_s
         elif hw.trace is not None:  # a logged node loss: the run's lost-work rule, as for every other failure
@@ -406,6 +414,33 @@ class Simulator:
         st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
         st.ckpt_tprog[i] = st.t_progress[i]
 
+    def _fire_logged(self, st: JobsState, t: float, logged: list[tuple[float, int]]) -> bool:
+        """The failure log's job lines due at ``t`` (popped from ``logged``): each fails its job if the job holds
+        GPUs (once per instant). True if a job failed."""
+        fired: list[int] = []
+        while logged and logged[0][0] <= t + _EPS * max(1.0, t):
+            _, j = logged.pop(0)
+            if st.shape[j] >= 0 and not st.ghost[j] and j not in fired:
+                fired.append(j)
+        if fired:
+            self._fail(st, np.array(fired))
+        return bool(fired)
+
+    def _lose_since_checkpoint(self, st: JobsState, i: int, rate: float) -> None:
+        """A failure under periodic checkpoints: the progress since the job's last checkpoint (a periodic one,
+        every ``ckpt_period`` s of running, or its last (re)start) is lost, at ``rate`` (its progress rate
+        with checkpoints)."""
+        period = float(st.ckpt_period[i])
+        last = float(st.ckpt_tprog[i])
+        if math.isfinite(period) and period > 0:
+            last = max(last, math.floor(st.t_progress[i] / period) * period)
+        lost_t = max(0.0, float(st.t_progress[i] - last))
+        if lost_t > 0 and st.shape[i] >= 0:
+            st.progress[i] = max(0.0, st.progress[i] - rate * lost_t)
+            st.t_progress[i] -= lost_t
+            st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
+        st.ckpt_tprog[i] = st.t_progress[i]
+
     def _advance(self, st: JobsState, dt: float) -> None:
         if dt <= 0:
             return
@@ -422,12 +457,19 @@ class Simulator:
         g = self._gpu_count(st)
         st.gpu_s += g * dt
         st.gpu_lost[restoring | ghost] += g[restoring | ghost] * dt
+        if self._ckpt is not None:  # the share of running time spent writing checkpoints
+            period = st.ckpt_period[running]
+            share = np.where(np.isfinite(period), self.model.ckpt_write[running] / period, 0.0)
+            st.gpu_ckpt[running] += g[running] * dt * share
 
     def _update_rates(self, st: JobsState) -> None:
         st.rate[:] = 0.0
         idx = np.flatnonzero((st.shape >= 0) & (st.restore_left <= 0) & ~st.ghost)
         if len(idx):
             st.rate[idx] = self._shape_rates(st, idx, record_epoch=True)
+            if self._ckpt is not None:  # no progress while a checkpoint is written
+                period = st.ckpt_period[idx]
+                st.rate[idx] *= np.where(np.isfinite(period), 1.0 - self.model.ckpt_write[idx] / period, 1.0)
 
     def _shape_rates(self, st: JobsState, idx: np.ndarray, record_epoch: bool = False) -> np.ndarray:
         """Progress rates of jobs ``idx`` on their current shapes at their current epochs."""
@@ -440,7 +482,9 @@ class Simulator:
     def _fail(self, st: JobsState, idx: np.ndarray) -> None:
         ph = self.model.physics
         for i in idx:
-            if ph.lost_work != "none":
+            if self._ckpt is not None:
+                self._lose_since_checkpoint(st, int(i), float(st.rate[i]))
+            elif ph.lost_work != "none":
                 last_ckpt = st.ckpt_tprog[i]  # the last (re)start: "since-restart"
                 if ph.lost_work == "since-checkpoint":
                     periodic = math.floor(st.t_progress[i] / ph.checkpoint_interval_s) * ph.checkpoint_interval_s
@@ -519,3 +563,57 @@ def simulate(
 ) -> RunResult:
     """One run: convenience wrapper around ``Simulator(...).run(...)``."""
     return Simulator(workload, cluster, catalog, physics).run(policy, failure_rate, seed)
+
+
+class _Checkpoints:
+    """Periodic checkpoints of a run (``checkpoint_policy`` other than "implicit"): each job's period between
+    checkpoint starts, interval + its write time C, recomputed at every decision for the jobs that hold GPUs.
+    "young-daly": interval √(2·C·MTBF), MTBF = 1 / the job's failure rate per second — λ's coin on its GPUs
+    per round, the software rate, and per node it holds the node's rate as observed so far (its failures + 1
+    over the time since the run began + 1 / the model's mean rate: the mean rate as a prior worth one failure),
+    per rack the domain rate. What a scheduler can know: the rates it was told and the failures it saw."""
+
+    def __init__(
+        self,
+        physics: PhysicsOptions,
+        failures: Any,
+        failure_rate: float,
+        hw: HardwareModel,
+        node_rate_s: float,
+        t0: float,
+    ) -> None:
+        self.policy = physics.checkpoint_policy
+        self.fixed = checkpoint_interval(physics.checkpoint_policy)
+        self.failures, self.failure_rate, self.hw = failures, failure_rate, hw
+        self.round_s = physics.round_s
+        self.node_rate_s, self.t0 = node_rate_s, t0
+        self.software_s = hw.software_rate / 1000.0 * hw.scale / 3600.0
+        self.domain_s = hw.domain_rate / 1000.0 * hw.scale / 86_400.0
+
+    def failure_rate_s(self, model: ClusterModel, st: JobsState, i: int, t: float) -> float:
+        """Job ``i``'s failure rate per second where it is now."""
+        gpus = int(model.shape_replicas[st.shape[i]])
+        rate = self.software_s
+        if self.failure_rate > 0:
+            p = self.failures.probability(np.array([gpus], dtype=np.int64))
+            rate += float(np.asarray(p).reshape(-1)[0]) / self.round_s
+        nodes = {int(model.gpu_node[g]) for g in st.gpus[i]}
+        if self.node_rate_s > 0:
+            prior_s = 1.0 / self.node_rate_s
+            rate += sum((float(st.node_failures[n]) + 1.0) / (t - self.t0 + prior_s) for n in nodes)
+        if self.hw.domain_nodes > 0 and self.domain_s > 0:
+            rate += len({n // self.hw.domain_nodes for n in nodes}) * self.domain_s
+        return rate
+
+    def periods(self, model: ClusterModel, st: JobsState, t: float) -> None:
+        held = np.flatnonzero(st.shape >= 0)
+        write = model.ckpt_write[held]
+        if self.fixed is not None:
+            st.ckpt_period[held] = self.fixed + write
+            return
+        if self.policy == "none":
+            st.ckpt_period[held] = np.inf
+            return
+        for i, c in zip(held.tolist(), write.tolist(), strict=True):
+            rate = self.failure_rate_s(model, st, i, t)
+            st.ckpt_period[i] = math.sqrt(2.0 * c / rate) + c if rate > 0 else np.inf

@@ -1,0 +1,137 @@
+"""Periodic checkpoints in the simulator (--checkpoint-policy): their cost, the work a failure loses, Young/Daly."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oak.catalog import Catalog
+from oak.catalog.checkpoint import DEFAULT_WRITE_S, checkpoint_write_s
+from oak.engine.ledger import JobsState
+from oak.engine.rules import PhysicsOptions
+from oak.errors import OakInputError
+from oak.failures import PerJobBernoulli
+from oak.failures.hardware import parse_failure_model
+from oak.goodput.online import StepTimeLog, fit_online, linear_scaling_prior
+from oak.model import JobSpec
+from oak.model.cluster import homogeneous_cluster
+from oak.policies import make_policy
+from oak.runtime.learned import learned_app
+from oak.sim.simulator import Simulator, _Checkpoints
+from oak.workloads import Workload, load_workload
+from support.cli import oak
+
+C = DEFAULT_WRITE_S  # the job's application is a learned one (not in the write-time table)
+
+
+def _one() -> tuple[Workload, Catalog]:
+    """One job at a constant speed (a single-epoch learned application: 0.5 s per step, 10,000 steps)."""
+    log = StepTimeLog()
+    log.add(1, 1, 64.0, 0.5 * 20, 20)
+    samples = tuple(log.samples())
+    params = fit_online(samples, linear_scaling_prior(samples)).params
+    base = Catalog.load()
+    app = learned_app("job:a", 64, params, samples, 10_000.0, 50.0, "aws")
+    spec = JobSpec(name="a", application="job:a", submit_time_s=0.0, min_gpus=1, max_gpus=1, restart_penalty_s=50.0)
+    return Workload(name="one", jobs=(spec,)), dataclasses.replace(base, apps={**base.apps, "job:a": app})
+
+
+def _run(policy: str, log: Path | None = None, rate: float = 0.0) -> tuple[float, float, float]:
+    """(JCT, checkpoint GPU-s, T_progress) of the one job alone on one GPU."""
+    physics = PhysicsOptions(
+        checkpoint_policy=policy, failure_model=f"trace:{log}" if log is not None else "paper", horizon_s=1e8
+    )
+    wl, catalog = _one()
+    r = Simulator(wl, homogeneous_cluster("aws", 1, 4), catalog, physics).run(make_policy("oak"), rate, 0)
+    job = r.jobs[0]
+    assert job.jct_s is not None
+    return job.jct_s, job.gpu_s_ckpt, job.t_progress_s
+
+
+def test_bad_checkpoint_policies_are_input_errors() -> None:
+    for bad in ("sometimes", "fixed:", "fixed:-5", "fixed:x", "young"):
+        with pytest.raises(OakInputError, match="checkpoint_policy"):
+            PhysicsOptions(checkpoint_policy=bad)
+    out = oak("simulate", "--workload", "small", "--checkpoint-policy", "fixed:0")
+    assert out.returncode == 2 and "checkpoint_policy='fixed:0'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_write_times_follow_the_model_state_and_default_for_unknown_applications() -> None:
+    assert checkpoint_write_s("bert") > checkpoint_write_s("yolov3") > checkpoint_write_s("cifar10") > 1.0
+    assert checkpoint_write_s("job:mine") == DEFAULT_WRITE_S
+
+
+def test_a_fixed_interval_costs_its_share_of_running_time() -> None:
+    """Every S s of running a checkpoint of C s: the job runs at S/(S + C) of its speed, and its checkpoint
+    GPU-time is C/(S + C) of its running time; no periodic checkpoint (none) costs nothing."""
+    restore = 50.0
+    free, ckpt_free, _ = _run("implicit")
+    none, ckpt_none, _ = _run("none")
+    assert ckpt_free == ckpt_none == 0.0 and none == pytest.approx(free, rel=1e-12)
+    jct, ckpt, running = _run("fixed:100")
+    assert jct - restore == pytest.approx((free - restore) * (100.0 + C) / 100.0, rel=1e-9)
+    assert ckpt == pytest.approx(running * C / (100.0 + C), rel=1e-9)
+
+
+def test_a_failure_loses_the_running_time_since_the_last_checkpoint(tmp_path: Path) -> None:
+    """A crash 250 s into the job's running (after its 50 s restore) with a checkpoint every 100 + C s:
+    the last one completed at 2·(100 + C), so 50 − 2C s of running are lost, and the job restores again.
+    Without periodic checkpoints all 250 s are lost."""
+    log = tmp_path / "log.csv"
+    log.write_text("time_s,job,node,kind,down_s\n300,a,,crash,\n")
+    base, _, _ = _run("fixed:100")
+    crashed, _, _ = _run("fixed:100", log)
+    assert crashed - base == pytest.approx(50.0 + (50.0 - 2 * C), rel=1e-9)
+    free, _, _ = _run("none")
+    lost_all, _, _ = _run("none", log)
+    assert lost_all - free == pytest.approx(50.0 + 250.0, rel=1e-9)
+
+
+def test_young_daly_interval_from_the_failure_rate() -> None:
+    """Per-job coin λ per 60 s round: MTBF = 60/λ s, the period √(2·C·MTBF) + C; with λ so small that the job
+    never fails, its checkpoint share of running time is exactly C / period."""
+    lam = 1e-7
+    period = math.sqrt(2.0 * C * 60.0 / lam) + C
+    _, ckpt, running = _run("young-daly", rate=lam)
+    assert ckpt == pytest.approx(running * C / period, rel=1e-9)
+
+
+def test_young_daly_counts_a_nodes_observed_failures() -> None:
+    """A node that has failed more is believed to fail more (failures + 1 over the time since the start + the
+    prior's mean time between failures): a job on it checkpoints more often."""
+    wl = load_workload("small")
+    hw = parse_failure_model("llama3:scale=1000")
+    sim = Simulator(wl, physics=PhysicsOptions(failure_model="llama3:scale=1000"))
+    node_rate = float(hw.node_rates(0, 3).mean())
+    ck = _Checkpoints(sim.model.physics, PerJobBernoulli(0.0), 0.0, hw, node_rate, 0.0)
+    st = JobsState.initial(np.zeros(len(wl.jobs)))
+    st.node_failures = np.zeros(3, np.int64)
+    st.ckpt_period = np.full(len(wl.jobs), np.inf)
+    st.shape[0] = 0
+    st.gpus[0] = (0,)
+    healthy = ck.failure_rate_s(sim.model, st, 0, 86_400.0)
+    assert healthy == pytest.approx(1.0 / (86_400.0 + 1.0 / node_rate), rel=1e-12)
+    st.node_failures[0] = 4
+    assert ck.failure_rate_s(sim.model, st, 0, 86_400.0) == pytest.approx(5 * healthy, rel=1e-12)
+    ck.periods(sim.model, st, 86_400.0)
+    c = checkpoint_write_s(wl.jobs[0].application)
+    assert st.ckpt_period[0] == pytest.approx(math.sqrt(2 * c / (5 * healthy)) + c, rel=1e-12)
+
+
+def test_young_daly_loses_less_than_fixed_intervals_on_a_failing_cluster() -> None:
+    """medium at λ = 0.05 (a failure every 20 min per running job): lost + checkpoint GPU-hours under the
+    advised intervals are below every fixed interval's (10, 30, 60 min)."""
+
+    def cost(policy: str) -> float:
+        r = Simulator(load_workload("medium"), physics=PhysicsOptions(checkpoint_policy=policy)).run(
+            make_policy("oak"), 0.05, 0
+        )
+        s = r.summary()
+        return float(s["lost_gpu_hours"] + s["checkpoint_gpu_hours"])
+
+    advised = cost("young-daly")
+    assert all(advised < cost(f"fixed:{m * 60}") for m in (10, 30, 60))

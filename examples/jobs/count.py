@@ -2,9 +2,11 @@
 
 It "trains" by sleeping: one optimiser step of a global batch of BATCH samples takes
 ``STEP_S * (SERIAL + (1 - SERIAL) / world_size)`` seconds (by default 80 % of the work is split across
-ranks: ``--serial 0.2``), so the scheduler has a real speed-up to learn. Rank 0 reports every step with ``oak.job.report``, checkpoints every CKPT_EVERY
-steps (and when asked to stop) into ``OAK_CHECKPOINT_DIR``, and appends each step it completes to
-``steps.log`` there, so that a test can check that no step beyond the last checkpoint was lost.
+ranks: ``--serial 0.2``), so the scheduler has a real speed-up to learn. Rank 0 reports every step with
+``oak.job.report``, checkpoints every CKPT_EVERY steps — with ``--ckpt-every 0`` whenever the scheduler's
+advised interval has passed (``oak.job.should_checkpoint``), reporting what each checkpoint took — and when
+asked to stop, into ``OAK_CHECKPOINT_DIR``, and appends each step it completes to ``steps.log`` there, so
+that a test can check that no step beyond the last checkpoint was lost.
 
     python examples/jobs/count.py --steps 40 --step-s 0.05 --ckpt-every 5
 """
@@ -24,7 +26,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--step-s", type=float, default=0.1)
-    ap.add_argument("--ckpt-every", type=int, default=10)
+    ap.add_argument("--ckpt-every", type=int, default=10, help="0: as the scheduler advises")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--serial", type=float, default=0.2, help="fraction of a step's time not split across ranks")
     ap.add_argument("--fail-at", type=int, default=-1, help="exit 1 once at this step (a crash to recover from)")
@@ -56,9 +58,15 @@ def main() -> int:
             (ckpt_dir / "failed-once").touch()
             print("simulated crash", flush=True)
             return 1
-        oak.job.report(step, total_steps=a.steps, batch_size=a.batch)
-        if step % a.ckpt_every == 0:
+        # --ckpt-every 0: when the scheduler's advised interval has passed (oak.job.should_checkpoint)
+        # (and after its first step: what a checkpoint costs is then known to the scheduler's advice)
+        due = step % a.ckpt_every == 0 if a.ckpt_every > 0 else (step == 1 or oak.job.should_checkpoint())
+        took = None
+        if due:
+            t0 = time.monotonic()
             save(step)
+            took = time.monotonic() - t0
+        oak.job.report(step, total_steps=a.steps, batch_size=a.batch, checkpoint_s=took)
         if oak.job.should_stop():
             save(step)
             print(f"rank {rank}: stopped at step {step} (checkpointed)", flush=True)

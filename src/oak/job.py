@@ -51,9 +51,15 @@ MIN_REPORT_INTERVAL_S = 0.5
 FENCE_FILE = "fence"
 """In the job directory: the incarnation id of the job's current incarnation (written by the launcher)."""
 FENCE_LOCK = "fence.lock"
+ADVICE_FILE = "advice.json"
+"""In the job directory: the scheduler's advice, ``{"checkpoint_interval_s": S, "ckpt_every": N}`` (rewritten
+as it learns the job's checkpoint cost and failure rate)."""
+ADVICE_READ_S = 1.0
+"""How often (s) ``should_checkpoint`` looks at the advice file again."""
 
 _stop = threading.Event()
 _state: dict[str, Any] = {"last_write": None, "last_step": None, "last_time": None, "installed": False}
+_advice: dict[str, Any] = {"read_at": None, "interval": None, "last_ckpt": None, "checkpoint_s": None}
 
 
 def _on_term(signum: int, frame: Any) -> None:
@@ -187,10 +193,56 @@ def _count(name: str, value: Any, minimum: int, optional: bool) -> int | None:
     return n
 
 
-def report(step: int, total_steps: int | None = None, batch_size: int | None = None) -> None:
+def checkpoint_interval() -> float | None:
+    """The checkpoint interval (s) the scheduler advises for this job: from its measured checkpoint cost and
+    the failure rate where it runs (Young/Daly), re-read from the job directory's advice at most every
+    ``ADVICE_READ_S`` s, else the launch's ``OAK_CHECKPOINT_INTERVAL_S``; None outside OAK or without advice."""
+    now = time.monotonic()
+    read_at = _advice["read_at"]
+    if read_at is None or now - read_at >= ADVICE_READ_S:
+        _advice["read_at"] = now
+        interval: float | None = None
+        job_dir = os.environ.get("OAK_JOB_DIR", "")
+        try:
+            with open(Path(job_dir) / ADVICE_FILE, encoding="utf-8") as fh:
+                interval = float(json.load(fh)["checkpoint_interval_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            try:
+                interval = float(os.environ["OAK_CHECKPOINT_INTERVAL_S"])
+            except (KeyError, ValueError):
+                interval = None
+        _advice["interval"] = interval if interval is not None and interval > 0 else None
+    value = _advice["interval"]
+    return None if value is None else float(value)
+
+
+def should_checkpoint() -> bool:
+    """Whether a checkpoint is due now: the advised interval (``checkpoint_interval``) has passed since the
+    last time this returned True (or since the first call). Call it after each step and checkpoint when it
+    says so; without advice it is always False (checkpoint as you would anyway). Time the save and pass it
+    to ``report(..., checkpoint_s=...)``: the advice follows what checkpoints cost."""
+    interval = checkpoint_interval()
+    now = time.monotonic()
+    if _advice["last_ckpt"] is None:
+        _advice["last_ckpt"] = now
+    if interval is None or now - _advice["last_ckpt"] < interval:
+        return False
+    _advice["last_ckpt"] = now
+    return True
+
+
+def report(
+    step: int, total_steps: int | None = None, batch_size: int | None = None, *, checkpoint_s: float | None = None
+) -> None:
     """Tell the scheduler the job is at optimiser step ``step`` (of ``total_steps``, global batch
     ``batch_size`` samples). Call it after every step, on rank 0 at least (other ranks' calls do nothing).
-    Never raises for the status file itself: a write that fails (disk full, a vanished folder) is skipped."""
+    ``checkpoint_s``: how long the job's last checkpoint took (s), once after each checkpoint: the
+    scheduler's checkpoint advice uses it. Never raises for the status file itself: a write that fails
+    (disk full, a vanished folder) is skipped."""
+    if checkpoint_s is not None:
+        if not (isinstance(checkpoint_s, int | float) and 0 <= checkpoint_s < 1e9):
+            raise ValueError(f"oak.job.report: checkpoint_s must be a number of seconds >= 0, got {checkpoint_s!r}")
+        _advice["checkpoint_s"] = float(checkpoint_s)
     s = _count("step", step, 0, False)
     total = _count("total_steps", total_steps, 1, True)
     batch = _count("batch_size", batch_size, 1, True)
@@ -213,6 +265,8 @@ def report(step: int, total_steps: int | None = None, batch_size: int | None = N
         "world_size": world_size(),
         "updated_at": time.time(),
     }
+    if _advice["checkpoint_s"] is not None:
+        status["checkpoint_s"] = _advice["checkpoint_s"]
     last_step, last_time = _state["last_step"], _state["last_time"]
     if last_step is not None and s is not None and s > last_step:  # timed from the first report, not the restore
         status["steps_timed"] = s - last_step

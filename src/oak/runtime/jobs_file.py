@@ -12,7 +12,7 @@ Layout::
         max_gpus: 2
         submit_s: 0              # submission offset from the start of the run (s)
         batch_size: 128          # global batch (samples), split over the allocated devices
-        ckpt_every: 50           # checkpoint interval (steps)
+        ckpt_every: 50           # checkpoint interval (steps), or "advised": the scheduler's advice
         restart_penalty_s: 100   # P_restart of the restart factor (s)
         application: cifar10     # optional: catalog application whose goodput model scores this job
         width_mult: 1.0          # optional: channel multiplier of resnet18 (CPU runs shrink it)
@@ -389,7 +389,11 @@ def _job(
         raise OakInputError(
             f"{where('batch_size')}={batch}: expected >= max_gpus ({hi}) so that every device gets a sample"
         )
-    ckpt = integer("ckpt_every", 1, 50)
+    # "advised": as the scheduler advises (its interval from the job's checkpoint cost and failure rate, in steps)
+    given_ckpt = get("ckpt_every", 50)
+    if isinstance(given_ckpt, str) and given_ckpt != "advised":
+        raise OakInputError(f"{where('ckpt_every')}={_show(given_ckpt)}: expected an integer >= 1 or 'advised'")
+    ckpt = 0 if given_ckpt == "advised" else integer("ckpt_every", 1, 50)
     penalty = number("restart_penalty_s", 0.0, 30.0, maximum=MAX_PENALTY_S)
     app = get("application", DEFAULT_APPLICATION[model] if model else "")
     if command and app == "":

@@ -9,6 +9,7 @@ checkpoints at its next step boundary and exits 0), ``kill`` the failure injecto
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from oak.errors import OakInputError
-from oak.job import set_fence
+from oak.job import ADVICE_FILE, set_fence
 from oak.runtime.procs import AdoptedProc, RankProc, clear_exit_files
 
 STATUS_FILE = "status.json"  # same names as oak.runtime.worker, which this module does not import (no torch)
@@ -378,6 +379,21 @@ def prepare_job_dir(job_dir: Path, command: bool) -> None:
     clear_exit_files(job_dir)
 
 
+ADVISED = 0
+"""A packaged worker's ``ckpt_every`` that means "as the scheduler advises" (jobs file ``ckpt_every: advised``)."""
+DEFAULT_CKPT_EVERY = 50
+"""Its checkpoint interval (steps) before the scheduler has advice in steps (no step time measured yet)."""
+
+
+def read_advice(job_dir: Path) -> dict[str, Any]:
+    """The scheduler's checkpoint advice in ``job_dir`` (``oak.job.ADVICE_FILE``); {} if none or unreadable."""
+    try:
+        doc = json.loads((job_dir / ADVICE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def rank_commands(
     job_dir: Path,
     spec: WorkerSpec | CommandSpec,
@@ -406,6 +422,9 @@ def rank_commands(
     if job_dir.is_dir():  # from now on only this incarnation writes the job's checkpoint (oak.job's fence)
         set_fence(job_dir, incarnation)
     env_src = os.environ if environ is None else environ
+    advice = read_advice(job_dir)
+    if isinstance(spec, WorkerSpec) and spec.ckpt_every == ADVISED:  # as the scheduler advises, in steps
+        spec = dataclasses.replace(spec, ckpt_every=int(advice.get("ckpt_every") or DEFAULT_CKPT_EVERY))
     command = isinstance(spec, CommandSpec)
     port = master_port if master_port is not None else (free_port(master_addr) if command else 0)
     token = uuid.uuid4().hex if world_size > 1 and master_port is None and not command else None
@@ -414,6 +433,8 @@ def rank_commands(
         local = 0 if own_device and device_kind == "gpu" else rank
         env = contract_env(job_name, job_dir, rank, local, world_size, master_addr, port, incarnation)
         env["PYTHONUNBUFFERED"] = "1"
+        if advice.get("checkpoint_interval_s"):
+            env["OAK_CHECKPOINT_INTERVAL_S"] = f"{float(advice['checkpoint_interval_s']):.6g}"
         if isinstance(spec, CommandSpec):
             argv = list(spec.command)
             env.update(dict(spec.extra_env))

@@ -46,10 +46,12 @@ from typing import Any
 import numpy as np
 
 from oak.catalog import Catalog
+from oak.catalog.checkpoint import checkpoint_write_s
 from oak.engine import ClusterModel, Intent, JobIntent, JobResult, JobsState, Plan, RunResult, step
 from oak.engine.rules import PhysicsOptions
 from oak.errors import OakInputError
 from oak.failures import FailureStream, PerJobBernoulli, rng
+from oak.job import ADVICE_FILE
 from oak.model.cluster import Cluster, homogeneous_cluster
 from oak.model.job import JobSpec
 from oak.policies.base import Policy
@@ -135,6 +137,10 @@ def runtime_cluster(opts: RuntimeOptions) -> Cluster:
     return homogeneous_cluster(opts.profile_type, 1, opts.devices, name=f"{opts.devices}-{opts.device_kind}")
 
 
+NODE_RATE_PRIOR_S = 3.8 / 1000.0 / 86_400.0
+"""Failures per second of one node before any is seen: Llama 3's 3.8 per 1,000 node-days (the ``llama3`` preset)."""
+ADVICE_CHANGE = 0.2
+"""A job's checkpoint advice is rewritten when the interval moves by more than this (relative)."""
 NODE_POLL_S = 2.0
 """How often (s) a run over a cluster's nodes looks at their state."""
 NODE_HOLD_S = 30.0
@@ -657,6 +663,10 @@ class RuntimeScheduler:
                 if not r.ready and (step > r.launch_step or bool(status.get("done"))):
                     r.ready = True
                 r.step = max(r.step, step) if r.ready else r.step
+                with contextlib.suppress(TypeError, ValueError, OverflowError, ZeroDivisionError):
+                    saves = int(status.get("n_ckpt_saves") or 0)
+                    if saves > 0:  # its mean checkpoint write time (the worker's counters span its incarnations)
+                        r.ckpt_write_s = float(status.get("t_ckpt_save_s") or 0.0) / saves
                 with contextlib.suppress(TypeError, ValueError, OverflowError):  # the packaged worker's timing
                     self._record_step_time(
                         job,
@@ -731,6 +741,10 @@ class RuntimeScheduler:
             r.total_steps = total
         if batch > 0:
             r.batch_size = batch
+        with contextlib.suppress(TypeError, ValueError, OverflowError):
+            ckpt_s = float(status.get("checkpoint_s", -1.0))
+            if 0 <= ckpt_s <= MAX_STEP_S:
+                r.ckpt_write_s = ckpt_s
         r.reported = True
         if self._live.first_report.pop(job.name, False):
             resume = max(0, step - 1)
@@ -859,6 +873,7 @@ class RuntimeScheduler:
             self.executor.kill(job.name)
             self._release(job, r)
             r.failures += 1
+            r.injected += 1
             self.store.log_failure(now, "injected", job=job.name, detail="injected failure (SIGKILL)")
             self._settle(r, now, "injected failure (SIGKILL)")
             hit = True
@@ -950,7 +965,43 @@ class RuntimeScheduler:
         st.node_down = self.node_down.copy()
         st.node_failures = self.node_failures.copy()
 
+    def checkpoint_advice(self, job: RuntimeJob, r: JobRecord, devices: tuple[int, ...]) -> tuple[float, int | None]:
+        """The checkpoint interval to advise ``job`` on ``devices``: Young/Daly's √(2·C/rate) (s) and, once its step
+        time there is measured, in steps. C: its measured checkpoint write time, else its application's
+        (``oak.catalog.checkpoint``). rate (per s): the injected failure rate (λ per round, known to the
+        scheduler) plus its other failures as observed — (failures + 1) over its time on devices + the prior's
+        mean time between failures, ``NODE_RATE_PRIOR_S`` per node it spans: the prior is worth one failure."""
+        c = r.ckpt_write_s if r.ckpt_write_s > 0 else checkpoint_write_s(job.application or "")
+        nodes = len({h.name for h in hosts_of(self.opts.nodes, devices)}) if self.opts.nodes else 1
+        own = max(r.failures - r.injected, 0)
+        rate = self.opts.failure_rate / self.opts.round_s
+        rate += (own + 1.0) / (r.t_progress_s + r.t_ckpt_s + 1.0 / (max(nodes, 1) * NODE_RATE_PRIOR_S))
+        interval = math.sqrt(2.0 * max(c, 1e-3) / rate)
+        world = max(1, len(devices))
+        times = [s.step_time_s for s in self.learned.samples(r) if s.replicas == world]
+        steps = max(1, round(interval / (sum(times) / len(times)))) if times else None
+        return interval, steps
+
+    def _advise(self, job: RuntimeJob, r: JobRecord, devices: tuple[int, ...], *, force: bool = False) -> None:
+        """Write ``job``'s checkpoint advice (``oak.job.ADVICE_FILE``) when it is new or moved by more than a
+        fifth; ``oak.job.checkpoint_interval`` reads it, a launch passes it on (``OAK_CHECKPOINT_INTERVAL_S``, a
+        packaged worker's ``ckpt_every: advised``)."""
+        interval, steps = self.checkpoint_advice(job, r, devices)
+        if not force and r.advice_s > 0 and abs(interval / r.advice_s - 1.0) <= ADVICE_CHANGE:
+            return
+        from oak.io_util import write_atomic
+
+        doc = {"checkpoint_interval_s": round(interval, 3), "ckpt_every": steps}
+        try:
+            write_atomic(self.job_dir(job) / ADVICE_FILE, json.dumps(doc) + "\n", mode=0o600)
+        except OSError:
+            return  # the job's folder is not writable: its launch reports that
+        r.advice_s = interval
+
     def _decide(self, records: list[JobRecord], st: JobsState, now: float) -> None:
+        for job, r in zip(self.jobs, records, strict=True):  # advice follows what is learned while jobs run
+            if r.launched_at_s is not None and not r.over and r.devices:
+                self._advise(job, r, tuple(r.devices))
         self._fill_state(records, st)
         waiting_out = np.array([r.retry_at_s > 0 for r in records], dtype=bool)  # backing off: not placed
         active = np.flatnonzero((st.arrived & ~st.done & ~waiting_out) | st.pinned)
@@ -1152,6 +1203,7 @@ class RuntimeScheduler:
                 if job.is_command:  # its first report after this launch is the new incarnation's
                     with contextlib.suppress(FileNotFoundError):
                         (self.job_dir(job) / "status.json").unlink()
+                self._advise(job, r, devs, force=True)
                 self.executor.launch(self._item(job, devs))
             except NodeLost as exc:
                 self._node_lost(job, r, now, exc)

@@ -86,6 +86,13 @@ class JobRecord:
     finished, failed for good, cancelled are read from it); ``history``: each change of phase as [run-clock
     time, phase, reason], the newest ``lifecycle.HISTORY_KEPT``."""
     history: list[list[Any]] = field(default_factory=list)
+    ckpt_write_s: float = 0.0
+    """Its measured checkpoint write time (s; 0: not measured yet): the packaged worker's mean save, a command
+    job's last ``oak.job.report(checkpoint_s=...)``."""
+    injected: int = 0
+    """Failures the run injected into it (of ``failures``)."""
+    advice_s: float = 0.0
+    """The checkpoint interval (s) last advised to it (``oak.job.ADVICE_FILE``)."""
     ending: str = ""
     """The phase a stop in flight ends in once the job has exited: ``cancelled`` for a cancel, else empty (the
     job is queued again, or done or failed as its exit says)."""

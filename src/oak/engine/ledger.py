@@ -82,6 +82,8 @@ class JobsState:
     ckpt_period: np.ndarray = field(default_factory=lambda: np.zeros(0))
     #: GPU-seconds each job spent writing periodic checkpoints
     gpu_ckpt: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: GPU-seconds of each job's work lost to failures (the part of ``gpu_lost`` that is not restores)
+    gpu_lost_work: np.ndarray = field(default_factory=lambda: np.zeros(0))
     #: what the scheduler believes of each job's throughput (goodput "learned"); None: the truth is known
     beliefs: Beliefs | None = None
 

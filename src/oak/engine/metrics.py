@@ -25,6 +25,8 @@ class JobResult:
     gpu_s_lost: float
     gpu_s_ckpt: float = 0.0
     """GPU-seconds spent writing periodic checkpoints (``checkpoint_policy`` other than "implicit")."""
+    gpu_s_lost_work: float = 0.0
+    """The part of ``gpu_s_lost`` that is work lost to failures (the rest: restores)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +41,7 @@ class JobResult:
             "gpu_s_used": self.gpu_s_used,
             "gpu_s_lost": self.gpu_s_lost,
             "gpu_s_ckpt": self.gpu_s_ckpt,
+            "gpu_s_lost_work": self.gpu_s_lost_work,
         }
 
 
@@ -111,6 +114,7 @@ class RunResult:
         ckpt = sum(j.gpu_s_ckpt for j in self.jobs)
         out: dict[str, Any] = {
             "lost_gpu_hours": lost / 3600.0,
+            "lost_work_gpu_hours": sum(j.gpu_s_lost_work for j in self.jobs) / 3600.0,
             "checkpoint_gpu_hours": ckpt / 3600.0,
             # productive share of the allocated GPU-time: neither lost nor spent writing checkpoints
             "effective_training": (used - lost - ckpt) / used if used > 0 else 1.0,  # no GPU time: nothing lost

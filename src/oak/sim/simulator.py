@@ -139,6 +139,7 @@ class Simulator:
         node_rate_s = float(hw.node_rates(seed, n_nodes).mean()) if hw.hardware else 0.0
         st.ckpt_period = np.full(n, np.inf)
         st.gpu_ckpt = np.zeros(n)
+        st.gpu_lost_work = np.zeros(n)
         self._ckpt = (
             _Checkpoints(ph, failures, failure_rate, hw, node_rate_s, t) if ph.checkpoint_policy != "implicit" else None
         )
@@ -280,6 +281,7 @@ class Simulator:
                 gpu_s_used=float(st.gpu_s[i]),
                 gpu_s_lost=float(st.gpu_lost[i]),
                 gpu_s_ckpt=float(st.gpu_ckpt[i]),
+                gpu_s_lost_work=float(st.gpu_lost_work[i]),
             )
             for i, spec in enumerate(self.model.workload.jobs)
         )
@@ -412,6 +414,7 @@ class Simulator:
         st.progress[i] = max(0.0, st.progress[i] - rate_i * lost_t)
         st.t_progress[i] -= lost_t
         st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
+        st.gpu_lost_work[i] += lost_t * self.model.shape_replicas[st.shape[i]]
         st.ckpt_tprog[i] = st.t_progress[i]
 
     def _fire_logged(self, st: JobsState, t: float, logged: list[tuple[float, int]]) -> bool:
@@ -439,6 +442,7 @@ class Simulator:
             st.progress[i] = max(0.0, st.progress[i] - rate * lost_t)
             st.t_progress[i] -= lost_t
             st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
+            st.gpu_lost_work[i] += lost_t * self.model.shape_replicas[st.shape[i]]
         st.ckpt_tprog[i] = st.t_progress[i]
 
     def _advance(self, st: JobsState, dt: float) -> None:
@@ -493,6 +497,7 @@ class Simulator:
                 st.progress[i] = max(0.0, st.progress[i] - st.rate[i] * lost_t)
                 st.t_progress[i] -= lost_t
                 st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
+                st.gpu_lost_work[i] += lost_t * self.model.shape_replicas[st.shape[i]]
                 st.ckpt_tprog[i] = st.t_progress[i]
             else:
                 st.ckpt_tprog[i] = st.t_progress[i]  # nothing lost: the job resumes from where it failed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from oak.failures import PerJobBernoulli
 from oak.failures.hardware import parse_failure_model
 from oak.goodput.online import StepTimeLog, fit_online, linear_scaling_prior
 from oak.model import JobSpec
-from oak.model.cluster import homogeneous_cluster
+from oak.model.cluster import cluster_preset, homogeneous_cluster
 from oak.policies import make_policy
 from oak.runtime.learned import learned_app
 from oak.sim.simulator import Simulator, _Checkpoints
@@ -135,3 +136,24 @@ def test_young_daly_loses_less_than_fixed_intervals_on_a_failing_cluster() -> No
 
     advised = cost("young-daly")
     assert all(advised < cost(f"fixed:{m * 60}") for m in (10, 30, 60))
+
+
+def test_the_failure_overhead_grows_with_the_nodes_a_configuration_spans() -> None:
+    """Under periodic checkpoints the snapshot carries each configuration's failure overhead (checkpoint writes +
+    restores and half an interval lost per failure): more nodes fail more often, so it grows with them; under
+    implicit checkpoints it is None, and oak uses it only as its ablation (failure_overhead=True)."""
+    seen: dict[str, Any] = {}
+    for policy in ("implicit", "young-daly"):
+        physics = PhysicsOptions(checkpoint_policy=policy, failure_model="llama3:scale=300")
+        sim = Simulator(load_workload("small"), cluster_preset("sia-64"), physics=physics)
+        sim.run(make_policy("oak"), 0.0, 0, on_round=lambda snap, a, p, k=policy: seen.setdefault(k, snap))
+    assert seen["implicit"].failure_overhead is None
+    snap = seen["young-daly"]
+    over = snap.failure_overhead
+    assert over is not None and over.shape == snap.goodput.shape and np.all((over >= 0) & (over <= 0.9))
+    nodes = np.array([c.nodes for c in snap.configs])
+    row = over[0]
+    one, many = row[snap.valid[0] & (nodes == 1)], row[snap.valid[0] & (nodes > 1)]
+    assert len(one) and len(many) and many.min() > one.min()
+    plain, ablation = make_policy("oak"), make_policy("oak", failure_overhead=True)
+    assert not np.array_equal(plain.utility(snap), ablation.utility(snap))  # type: ignore[attr-defined]

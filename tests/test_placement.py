@@ -64,3 +64,17 @@ def test_all_combinations_of_three_jobs() -> None:
             continue
         cfgs = [CONFIGS[p] if p >= 0 else None for p in pick]
         _check(cfgs, place(CLUSTER, cfgs, [(), (), ()], [None, None, None]))
+
+
+def test_the_job_with_more_at_risk_gets_the_healthier_node() -> None:
+    """Two 4-GPU jobs on two 4-GPU nodes, node 0 seen failing: the job whose failure would cost more GPU-seconds
+    is placed on node 1; without node health the risk changes nothing (the usual order)."""
+    from oak.model.cluster import homogeneous_cluster
+
+    cluster = homogeneous_cluster("aws", 2, 4)
+    cfg = Configuration("aws", 1, 4)
+    for risk, safe in (([10.0, 100.0], 1), ([100.0, 10.0], 0)):
+        out = place(cluster, [cfg, cfg], [(), ()], [None, None], health=[5, 0], risk=risk)
+        assert cluster.node_of_gpu(out[safe][0]) == 1, (risk, out)
+    plain = place(cluster, [cfg, cfg], [(), ()], [None, None])
+    assert place(cluster, [cfg, cfg], [(), ()], [None, None], risk=[10.0, 100.0]) == plain

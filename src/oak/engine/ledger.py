@@ -82,6 +82,12 @@ class JobsState:
     ckpt_period: np.ndarray = field(default_factory=lambda: np.zeros(0))
     #: GPU-seconds each job spent writing periodic checkpoints
     gpu_ckpt: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: (N, C) the share of each job's running time failures and checkpoints cost in each configuration (the
+    #: snapshot's ``failure_overhead``); None where the world models no periodic checkpoints
+    failure_overhead: np.ndarray | None = None
+    #: seconds of its run a failure costs each job (restore + half its checkpoint interval): the placement puts
+    #: the jobs with the most GPU-seconds at risk on the healthiest nodes; empty where not modelled
+    work_at_risk: np.ndarray = field(default_factory=lambda: np.zeros(0))
     #: GPU-seconds of each job's work lost to failures (the part of ``gpu_lost`` that is not restores)
     gpu_lost_work: np.ndarray = field(default_factory=lambda: np.zeros(0))
     #: what the scheduler believes of each job's throughput (goodput "learned"); None: the truth is known

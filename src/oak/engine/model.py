@@ -56,6 +56,7 @@ class ClusterModel:
         types = self.cluster.gpu_types
         self.config_type = np.array([types.index(c.gpu_type) for c in self.configs], dtype=np.int64)
         self.config_gpus = np.array([c.gpus for c in self.configs], dtype=np.int64)
+        self.config_nodes = np.array([c.nodes for c in self.configs], dtype=np.int64)
         self.capacity = np.array([self.cluster.capacity(t) for t in types], dtype=np.int64)
         self.node_type = np.array([types.index(n.gpu_type) for n in self.cluster.nodes], dtype=np.int64)
         self.node_gpus = np.array([n.gpus for n in self.cluster.nodes], dtype=np.int64)
@@ -209,6 +210,9 @@ class ClusterModel:
             current_replicas=frozen_array(held, np.int64),
             node_goodput=None if node_goodput is None else frozen_array(node_goodput, np.float64),
             policy_state=st.policy_state,
+            failure_overhead=None
+            if st.failure_overhead is None
+            else frozen_array(np.where(valid, st.failure_overhead[active], 0.0), np.float64),
         )
         kept = None if self.physics.restores_preemptible else kept_while_restoring(snap)
         if st.pinned.shape == st.done.shape and st.pinned[active].any():  # held by the world: a stop in flight
@@ -294,7 +298,13 @@ class ClusterModel:
         old_cfgs = [self.configs[st.config[i]] if st.config[i] >= 0 else None for i in active]
         down = frozenset(np.flatnonzero(st.node_down).tolist())
         health = st.node_failures.tolist() if avoid_failing and st.node_failures.any() else None
-        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs, down, health)
+        risk = None
+        if health is not None and st.work_at_risk.shape == st.done.shape:  # the most at risk on the healthiest
+            risk = [
+                float(st.work_at_risk[i]) * (c.gpus if c is not None else 0)
+                for i, c in zip(active, new_cfgs, strict=True)
+            ]
+        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs, down, health, risk)
         shapes = np.where(choice >= 0, self.config_shape[np.maximum(choice, 0)], -1)
         return shapes, placed
 

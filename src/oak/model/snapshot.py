@@ -47,6 +47,9 @@ class RoundSnapshot:
     kept: (J,) the configuration the world holds each job to this round whatever the policy decides (−1: free),
     or None when it holds none; set where restores cannot be preempted (``PhysicsOptions.restores_preemptible``),
     and honoured by the policies that solve the round program (``forced_configs``).
+    failure_overhead: (J, C) the share of job i's running time that failures and checkpoints cost in configuration
+    j — checkpoint writes C/τ plus, per failure (rate ρ_ij: more GPUs and nodes fail more often), its restore and
+    the half interval of work it loses — where the world models periodic checkpoints; None otherwise.
     """
 
     time_s: float
@@ -81,6 +84,7 @@ class RoundSnapshot:
     node_goodput: FloatArray | None = None
     policy_state: Any = None
     kept: IntArray | None = None
+    failure_overhead: FloatArray | None = None
 
     @property
     def num_jobs(self) -> int:

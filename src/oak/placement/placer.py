@@ -29,20 +29,23 @@ def place(
     previous_configs: Sequence[Configuration | None],
     down: frozenset[int] = frozenset(),
     health: Sequence[int] | None = None,
+    risk: Sequence[float] | None = None,
 ) -> list[GpuSet]:
     """GPU ids for each job (empty tuple for no configuration).
 
     ``configs[i]``: the configuration chosen for job i; ``previous[i]``/``previous_configs[i]``: what it held;
     ``down``: nodes out of service (none of their GPUs is used); ``health``: observed failures per node — when
-    given, new placements take the nodes with the fewest first (the usual order among equals).
+    given, new placements take the nodes with the fewest first (the usual order among equals); ``risk``: the
+    GPU-seconds a failure would cost each job — with ``health``, among jobs of the same shape the one with the
+    most at risk is placed first, on the healthiest nodes.
     """
     kept = [
         c is not None and c == pc and len(prev) == c.gpus
         for c, pc, prev in zip(configs, previous_configs, previous, strict=True)
     ]
-    result = _try_place(cluster, configs, previous, kept, down, health)
+    result = _try_place(cluster, configs, previous, kept, down, health, risk)
     if result is None:
-        result = _try_place(cluster, configs, previous, [False] * len(configs), down, health)
+        result = _try_place(cluster, configs, previous, [False] * len(configs), down, health, risk)
     if result is None:
         raise PlacementError("no placement fits the chosen configurations")
     return result
@@ -55,6 +58,7 @@ def _try_place(
     kept: Sequence[bool],
     down: frozenset[int] = frozenset(),
     health: Sequence[int] | None = None,
+    risk: Sequence[float] | None = None,
 ) -> list[GpuSet] | None:
     free: list[list[int]] = [
         [] if node.node_id in down else list(range(first, first + node.gpus))
@@ -67,7 +71,8 @@ def _try_place(
                 free[cluster.node_of_gpu(g)].remove(g)
             out[i] = previous[i]
     todo = [i for i, c in enumerate(configs) if c is not None and not kept[i]]
-    todo.sort(key=lambda i: (-_cfg(configs, i).nodes, -_cfg(configs, i).gpus, i))
+    at_risk = risk if risk is not None and health is not None else [0.0] * len(configs)
+    todo.sort(key=lambda i: (-_cfg(configs, i).nodes, -_cfg(configs, i).gpus, -at_risk[i], i))
     for i in todo:
         cfg = _cfg(configs, i)
         nodes = [n for n in cluster.nodes if n.gpu_type == cfg.gpu_type]

@@ -170,6 +170,9 @@ class RestartAwareOakPolicy(PolicyBase):
     #: "all" (all its restore time, failures' included: the rule before the exploration study), "none" (a move
     #: valued by s alone). docs/model.md, "Growth under an exploration cap", compares the three.
     move_restart_factor: str = "moves"
+    #: value each configuration net of what failures and checkpoints cost there (``snap.failure_overhead``); off:
+    #: measured no better (docs/checkpoint-study.md), kept as the ablation
+    failure_overhead: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.p) and self.p >= 0):
@@ -208,7 +211,10 @@ class RestartAwareOakPolicy(PolicyBase):
 
     def utility(self, snap: RoundSnapshot) -> FloatArray:
         """(J, C) U_ij = (G_ij·m_ij)^p·K_i; 0 where invalid."""
-        u = np.power(snap.goodput * move_factor(snap, self.switching, self.move_restart_factor), self.p)
+        g = snap.goodput * move_factor(snap, self.switching, self.move_restart_factor)
+        if self.failure_overhead and snap.failure_overhead is not None:  # what failures and checkpoints cost there
+            g = g * (1.0 - snap.failure_overhead)
+        u = np.power(g, self.p)
         if self.age_key:
             u = u * age_key(snap.t_queue_s, self.alpha, self.k_max)[:, None]
         return np.where(snap.valid, u, 0.0)

@@ -171,6 +171,8 @@ class Simulator:
                 if len(active):
                     idle_before = not bool((st.shape >= 0).any())
                     state_before = st.policy_state
+                    if self._ckpt is not None:  # what failures and checkpoints cost in each configuration
+                        self._ckpt.exposure(self.model, st, t)
                     self._decide(st, t, active, policy, decision_ms, on_round, seed)
                     if self._ckpt is not None:
                         self._ckpt.periods(self.model, st, t)
@@ -609,6 +611,37 @@ class _Checkpoints:
         if self.hw.domain_nodes > 0 and self.domain_s > 0:
             rate += len({n // self.hw.domain_nodes for n in nodes}) * self.domain_s
         return rate
+
+    def exposure(self, model: ClusterModel, st: JobsState, t: float) -> None:
+        """Before a decision: each job's failure overhead in each configuration (the snapshot's
+        ``failure_overhead``): C/τ + ρ·(D + τ/2), ρ the configuration's failure rate (λ's coin on its GPUs per
+        round, the software rate, its nodes × the cluster's mean node rate as observed, its racks' domain rate),
+        τ the interval the job would checkpoint at there (the fixed one, or Young/Daly's √(2C/ρ)), D its
+        restore; capped at 0.9. And each job's seconds at risk per failure (restore + half its current
+        interval) for the placement. Under "none" (no interval) nothing is given."""
+        if self.policy == "none":
+            st.failure_overhead = None
+            return
+        gpus, nodes = model.config_gpus, model.config_nodes
+        rho = np.full(len(gpus), self.software_s)
+        if self.failure_rate > 0:
+            rho = rho + np.asarray(self.failures.probability(gpus), dtype=np.float64) / self.round_s
+        if self.node_rate_s > 0:
+            observed = (st.node_failures + 1.0) / (t - self.t0 + 1.0 / self.node_rate_s)
+            rho = rho + nodes * float(observed.mean())
+        if self.hw.domain_nodes > 0 and self.domain_s > 0:
+            rho = rho + np.ceil(nodes / self.hw.domain_nodes) * self.domain_s
+        write = model.ckpt_write[:, None]
+        restore = model.restore_delay[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if self.fixed is not None:
+                tau = np.full((len(write), len(gpus)), self.fixed)
+            else:
+                tau = np.where(rho[None, :] > 0, np.sqrt(2.0 * write / rho[None, :]), np.inf)
+            over = np.where(np.isfinite(tau), write / tau + rho[None, :] * (restore + tau / 2.0), 0.0)
+        st.failure_overhead = np.clip(np.nan_to_num(over, nan=0.0, posinf=0.9), 0.0, 0.9)
+        interval = st.ckpt_period - model.ckpt_write
+        st.work_at_risk = model.restore_delay + np.where(np.isfinite(interval), interval / 2.0, 0.0)
 
     def periods(self, model: ClusterModel, st: JobsState, t: float) -> None:
         held = np.flatnonzero(st.shape >= 0)

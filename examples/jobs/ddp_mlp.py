@@ -102,6 +102,9 @@ def main() -> int:
     else:
         print(f"rank {rank}: done at step {step}, loss {loss.item():.4f}", flush=True)
     if world > 1:
+        # no rank leaves while another still talks to it: a peer's connection closed under gloo's reader
+        # thread made a finished rank abort at exit ("terminate called without an active exception")
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 

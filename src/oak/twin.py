@@ -19,10 +19,11 @@ From a run's trace (:mod:`oak.runtime.export`) the simulator gets:
   (:mod:`oak.failures.trace`): a job's line fires if that job holds devices then, a node's takes the node down
   for as long as it was.
 
-What it cannot see: the runtime's latencies between a decision and a launch, a worker's start-up varying from
-one launch to the next (the mean is used), step times at sizes a job never ran (extrapolated by the fitted
-model), and a policy's reaction to goodput it has not yet learned (the replay knows the fitted model from the
-start). ``docs/twin.md`` measures the gap.
+What it cannot see: the runtime's latencies between a decision and the processes it causes (a stopped job's
+devices go to the next one when it has checkpointed and exited; a tick; a relaunch after a crash), a worker's
+start-up varying from one launch to the next (the mean is used), step times at sizes a job never ran
+(extrapolated by the fitted model), and work a command job loses at a failure (its checkpoint interval is its
+own). ``docs/twin.md`` measures the gap.
 """
 
 from __future__ import annotations

@@ -131,9 +131,9 @@ class HardwareModel:
                 nodes = tuple(range(d * self.domain_nodes, min(n_nodes, (d + 1) * self.domain_nodes)))
                 events.append((when, nodes, self.repair_s))
         if self.trace is not None:
-            lo, hi = k * round_s, (k + 1) * round_s
-            for e in self.trace.node_events:
-                if (lo <= e.time_s or first) and e.time_s < hi and e.node < n_nodes:
+            lo = -math.inf if first else k * round_s
+            for e in self.trace.nodes_between(lo, (k + 1) * round_s):
+                if e.node < n_nodes:
                     events.append((e.time_s, (e.node,), e.down_s if e.down_s is not None else self.repair_s))
         events.sort()
         return events
@@ -142,8 +142,7 @@ class HardwareModel:
         """The failure log's job lines in grid interval ``k``: (time, job name), by time."""
         if self.trace is None:
             return []
-        lo, hi = k * round_s, (k + 1) * round_s
-        return [(e.time_s, e.job) for e in self.trace.job_events if lo <= e.time_s < hi]
+        return [(e.time_s, e.job) for e in self.trace.jobs_between(k * round_s, (k + 1) * round_s)]
 
     def software_draws(
         self, seed: int, keys: npt.NDArray[np.uint64], k: int, round_s: float

@@ -21,7 +21,9 @@ fires only while that job holds GPUs. Errors name the file, line and field.
 
 from __future__ import annotations
 
+import bisect
 import csv
+import functools
 import io
 import math
 from dataclasses import dataclass
@@ -62,13 +64,27 @@ class FailureTrace:
     path: str
     events: tuple[FailureEvent, ...]
 
-    @property
+    @functools.cached_property
     def job_events(self) -> tuple[FailureEvent, ...]:
         return tuple(e for e in self.events if e.job)
 
-    @property
+    @functools.cached_property
     def node_events(self) -> tuple[FailureEvent, ...]:
         return tuple(e for e in self.events if not e.job)
+
+    @functools.cached_property
+    def _times(self) -> tuple[list[float], list[float]]:
+        return [e.time_s for e in self.job_events], [e.time_s for e in self.node_events]
+
+    def jobs_between(self, lo: float, hi: float) -> tuple[FailureEvent, ...]:
+        """The job lines with lo <= time < hi (a grid interval's: looked up, not scanned)."""
+        times = self._times[0]
+        return self.job_events[bisect.bisect_left(times, lo) : bisect.bisect_left(times, hi)]
+
+    def nodes_between(self, lo: float, hi: float) -> tuple[FailureEvent, ...]:
+        """The node lines with lo <= time < hi."""
+        times = self._times[1]
+        return self.node_events[bisect.bisect_left(times, lo) : bisect.bisect_left(times, hi)]
 
     def check_nodes(self, n_nodes: int, where: str) -> None:
         """Fail if a node line names a node the cluster does not have."""

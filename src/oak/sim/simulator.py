@@ -70,7 +70,7 @@ class Simulator:
         instead of the physics rule's (a measured one: ``oak replay``); the policy still sees its P_restart."""
         self.model = ClusterModel(workload, cluster, catalog, physics)
         self._ckpt: _Checkpoints | None = None
-        index = {j.name: i for i, j in enumerate(workload.jobs)}
+        self._index = index = {j.name: i for i, j in enumerate(workload.jobs)}
         for name, value in (restore_s or {}).items():
             if name not in index or not (math.isfinite(value) and value >= 0):
                 raise OakInputError(f"restore delay of job {name!r}: {value!r}: expected a job of the workload, >= 0 s")
@@ -125,7 +125,7 @@ class Simulator:
         if hw.trace is not None:  # a failure log's lines name jobs and nodes of this workload and cluster
             hw.trace.check_jobs({j.name for j in self.model.workload.jobs}, f"workload {self.model.workload.name!r}")
             hw.trace.check_nodes(len(self.model.cluster.nodes), f"cluster {self.model.cluster.name!r}")
-        index = {j.name: i for i, j in enumerate(self.model.workload.jobs)}
+        index = self._index
         logged: list[tuple[float, int]] = []  # the failure log's job lines of the current interval, by time
         first_interval = True
         n_nodes = len(self.model.cluster.nodes)
@@ -172,7 +172,7 @@ class Simulator:
                     idle_before = not bool((st.shape >= 0).any())
                     state_before = st.policy_state
                     if self._ckpt is not None:  # what failures and checkpoints cost in each configuration
-                        self._ckpt.exposure(self.model, st, t)
+                        self._ckpt.exposure(self.model, st, t, active)
                     self._decide(st, t, active, policy, decision_ms, on_round, seed)
                     if self._ckpt is not None:
                         self._ckpt.periods(self.model, st, t)
@@ -385,7 +385,7 @@ class Simulator:
         rate on its configuration (also while it restores, when it makes none)."""
         ph = self.model.physics
         if self._ckpt is not None:  # periodic checkpoints: the progress since the last one is lost
-            self._lose_since_checkpoint(st, i, float(self._shape_rates(st, np.array([i]))[0]))
+            self._lose_since(st, i, float(st.ckpt_period[i]), float(self._shape_rates(st, np.array([i]))[0]))
             return
         if ph.lost_work == "since-checkpoint":
             interval = ph.checkpoint_interval_s
@@ -406,18 +406,7 @@ class Simulator:
             if penalty <= 0:
                 return
             interval = math.sqrt(2.0 * penalty / rate) if rate > 0 else math.inf
-        last = st.ckpt_tprog[i]
-        if math.isfinite(interval) and interval > 0:
-            last = max(last, math.floor(st.t_progress[i] / interval) * interval)
-        lost_t = max(0.0, float(st.t_progress[i] - last))
-        if lost_t <= 0:
-            return
-        rate_i = float(self._shape_rates(st, np.array([i]))[0])
-        st.progress[i] = max(0.0, st.progress[i] - rate_i * lost_t)
-        st.t_progress[i] -= lost_t
-        st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
-        st.gpu_lost_work[i] += lost_t * self.model.shape_replicas[st.shape[i]]
-        st.ckpt_tprog[i] = st.t_progress[i]
+        self._lose_since(st, i, interval, float(self._shape_rates(st, np.array([i]))[0]))
 
     def _fire_logged(self, st: JobsState, t: float, logged: list[tuple[float, int]]) -> bool:
         """The failure log's job lines due at ``t`` (popped from ``logged``): each fails its job if the job holds
@@ -431,20 +420,20 @@ class Simulator:
             self._fail(st, np.array(fired))
         return bool(fired)
 
-    def _lose_since_checkpoint(self, st: JobsState, i: int, rate: float) -> None:
-        """A failure under periodic checkpoints: the progress since the job's last checkpoint (a periodic one,
-        every ``ckpt_period`` s of running, or its last (re)start) is lost, at ``rate`` (its progress rate
-        with checkpoints)."""
-        period = float(st.ckpt_period[i])
-        last = float(st.ckpt_tprog[i])
-        if math.isfinite(period) and period > 0:
-            last = max(last, math.floor(st.t_progress[i] / period) * period)
+    def _lose_since(self, st: JobsState, i: int, interval: float, rate: float) -> None:
+        """A failure of job ``i`` (which holds GPUs) loses the running time since its last checkpoint — its last
+        (re)start, or the last multiple of ``interval`` s of running (inf: none) — at progress ``rate``, and it
+        resumes from there."""
+        last = st.ckpt_tprog[i]
+        if math.isfinite(interval) and interval > 0:
+            last = max(last, math.floor(st.t_progress[i] / interval) * interval)
         lost_t = max(0.0, float(st.t_progress[i] - last))
-        if lost_t > 0 and st.shape[i] >= 0:
+        if lost_t > 0:
+            gpus = self.model.shape_replicas[st.shape[i]]
             st.progress[i] = max(0.0, st.progress[i] - rate * lost_t)
             st.t_progress[i] -= lost_t
-            st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
-            st.gpu_lost_work[i] += lost_t * self.model.shape_replicas[st.shape[i]]
+            st.gpu_lost[i] += lost_t * gpus
+            st.gpu_lost_work[i] += lost_t * gpus
         st.ckpt_tprog[i] = st.t_progress[i]
 
     def _advance(self, st: JobsState, dt: float) -> None:
@@ -489,18 +478,10 @@ class Simulator:
         ph = self.model.physics
         for i in idx:
             if self._ckpt is not None:
-                self._lose_since_checkpoint(st, int(i), float(st.rate[i]))
-            elif ph.lost_work != "none":
-                last_ckpt = st.ckpt_tprog[i]  # the last (re)start: "since-restart"
-                if ph.lost_work == "since-checkpoint":
-                    periodic = math.floor(st.t_progress[i] / ph.checkpoint_interval_s) * ph.checkpoint_interval_s
-                    last_ckpt = max(last_ckpt, periodic)
-                lost_t = max(0.0, float(st.t_progress[i] - last_ckpt))
-                st.progress[i] = max(0.0, st.progress[i] - st.rate[i] * lost_t)
-                st.t_progress[i] -= lost_t
-                st.gpu_lost[i] += lost_t * self.model.shape_replicas[st.shape[i]]
-                st.gpu_lost_work[i] += lost_t * self.model.shape_replicas[st.shape[i]]
-                st.ckpt_tprog[i] = st.t_progress[i]
+                self._lose_since(st, int(i), float(st.ckpt_period[i]), float(st.rate[i]))
+            elif ph.lost_work != "none":  # "since-restart": from the last (re)start only
+                every = ph.checkpoint_interval_s if ph.lost_work == "since-checkpoint" else math.inf
+                self._lose_since(st, int(i), every, float(st.rate[i]))
             else:
                 st.ckpt_tprog[i] = st.t_progress[i]  # nothing lost: the job resumes from where it failed
             st.failures[i] += 1
@@ -612,8 +593,8 @@ class _Checkpoints:
             rate += len({n // self.hw.domain_nodes for n in nodes}) * self.domain_s
         return rate
 
-    def exposure(self, model: ClusterModel, st: JobsState, t: float) -> None:
-        """Before a decision: each job's failure overhead in each configuration (the snapshot's
+    def exposure(self, model: ClusterModel, st: JobsState, t: float, active: np.ndarray) -> None:
+        """Before a decision: each active job's failure overhead in each configuration (the snapshot's
         ``failure_overhead``): C/τ + ρ·(D + τ/2), ρ the configuration's failure rate (λ's coin on its GPUs per
         round, the software rate, its nodes × the cluster's mean node rate as observed, its racks' domain rate),
         τ the interval the job would checkpoint at there (the fixed one, or Young/Daly's √(2C/ρ)), D its
@@ -631,15 +612,17 @@ class _Checkpoints:
             rho = rho + nodes * float(observed.mean())
         if self.hw.domain_nodes > 0 and self.domain_s > 0:
             rho = rho + np.ceil(nodes / self.hw.domain_nodes) * self.domain_s
-        write = model.ckpt_write[:, None]
-        restore = model.restore_delay[:, None]
+        write = model.ckpt_write[active, None]
+        restore = model.restore_delay[active, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             if self.fixed is not None:
                 tau = np.full((len(write), len(gpus)), self.fixed)
             else:
                 tau = np.where(rho[None, :] > 0, np.sqrt(2.0 * write / rho[None, :]), np.inf)
             over = np.where(np.isfinite(tau), write / tau + rho[None, :] * (restore + tau / 2.0), 0.0)
-        st.failure_overhead = np.clip(np.nan_to_num(over, nan=0.0, posinf=0.9), 0.0, 0.9)
+        if st.failure_overhead is None or st.failure_overhead.shape != (len(st.done), len(gpus)):
+            st.failure_overhead = np.zeros((len(st.done), len(gpus)))
+        st.failure_overhead[active] = np.clip(np.nan_to_num(over, nan=0.0, posinf=0.9), 0.0, 0.9)
         interval = st.ckpt_period - model.ckpt_write
         st.work_at_risk = model.restore_delay + np.where(np.isfinite(interval), interval / 2.0, 0.0)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from pathlib import Path
@@ -418,3 +419,99 @@ def bench_sim(
                 "sim": out,
             },
         )
+
+
+def _record_rounds(policy: Any, workload: str, cluster: str, rounds: int) -> list[tuple[Any, Any, Any, Any]]:
+    """(snapshot, allocation, placement, declared max GPUs) of the first ``rounds`` rounds of a simulation."""
+    from oak.model.cluster import cluster_preset
+    from oak.sim.simulator import Simulator
+    from oak.workloads import load_workload
+
+    out: list[tuple[Any, Any, Any, Any]] = []
+
+    class _Enough(Exception):
+        pass
+
+    def observe(r: Any) -> None:
+        out.append((r.snap, r.alloc, r.placed, r.declared_max))
+        if len(out) >= rounds:
+            raise _Enough
+
+    with contextlib.suppress(_Enough):
+        Simulator(load_workload(workload), cluster_preset(cluster)).run(policy, 0.05, 0, on_reasons=observe)
+    return out
+
+
+@bench_app.command("reasons")
+def bench_reasons(
+    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "oak,sia,gavel",
+    workload: Annotated[str, typer.Option(help="Workload (a congested one shows many waiting jobs).")] = "congestion",
+    cluster: Annotated[str, typer.Option(help="Cluster preset.")] = "paper-12",
+    rounds: Annotated[int, typer.Option(help="Rounds recorded per policy.")] = 300,
+    repeat: Annotated[int, typer.Option(help="Timings per round (the best is kept).")] = 3,
+    json_path: JsonOpt = None,
+) -> None:
+    """The cost of a round's reasons (``oak.engine.reasons``: why each job waits) beside the decision they
+    explain, on the same recorded rounds: the policy's ``decide``, the reasons' codes (``explain_round``, with
+    the policy's notes) and the texts of every job below its maximum (what the runtime renders each round)."""
+    from oak.engine.reasons import explain_round
+    from oak.io_util import write_json
+    from oak.policies import make_policy, policy_names
+
+    if rounds < 1 or repeat < 1:
+        fail("--rounds and --repeat: expected positive integers")
+    names = [x.strip() for x in policies.split(",") if x.strip()]
+    for n in names:
+        if n not in policy_names():
+            fail(f"--policies: {n!r} is unknown; expected some of {', '.join(policy_names())}")
+    results = []
+    for name in names:
+        policy = make_policy(name, seed=0)
+        recorded = _record_rounds(policy, workload, cluster, rounds)
+        if not recorded:
+            fail(f"{workload} on {cluster}: no round was decided")
+        decide_ms, codes_ms, texts_ms = [], [], []
+        state = None
+        for snap, alloc, placed, bound in recorded:
+            snap = dataclasses.replace(snap, policy_state=state)
+            best = [np.inf, np.inf, np.inf]
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                mine = policy.decide(snap)
+                t1 = time.perf_counter()
+                notes = policy.notes(snap, alloc)
+                reasons = explain_round(snap, alloc, placed, declared_max=bound, notes=notes, policy=name)
+                t2 = time.perf_counter()
+                for i in np.flatnonzero(reasons.gpus < bound).tolist():
+                    reasons.reason(i)
+                t3 = time.perf_counter()
+                best = [min(best[0], t1 - t0), min(best[1], t2 - t1), min(best[2], t3 - t2)]
+            state = mine.state
+            decide_ms.append(best[0] * 1e3)
+            codes_ms.append(best[1] * 1e3)
+            texts_ms.append(best[2] * 1e3)
+        d, c, x = np.array(decide_ms), np.array(codes_ms), np.array(texts_ms)
+        results.append({
+            "policy": name, "rounds": len(recorded), "jobs_max": max(r[0].num_jobs for r in recorded),
+            "decision_median_ms": float(np.median(d)), "reasons_median_ms": float(np.median(c)),
+            "texts_median_ms": float(np.median(x)),
+            "reasons_over_decision_total": float(c.sum() / d.sum()),
+            "reasons_and_texts_over_decision_total": float((c + x).sum() / d.sum()),
+        })  # fmt: skip
+    table = Table(
+        title=f"reasons vs decision, {workload} on {cluster}, first {rounds} rounds each, best of {repeat}",
+        title_justify="left",
+    )
+    for col in ("policy", "jobs (max)", "decide median ms", "reasons median ms", "texts median ms",
+                "reasons / decide", "reasons+texts / decide"):  # fmt: skip
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for r in results:
+        table.add_row(
+            r["policy"], str(r["jobs_max"]), f"{r['decision_median_ms']:.3f}", f"{r['reasons_median_ms']:.3f}",
+            f"{r['texts_median_ms']:.3f}", f"{r['reasons_over_decision_total']:.1%}",
+            f"{r['reasons_and_texts_over_decision_total']:.1%}",
+        )  # fmt: skip
+    console.print(table)
+    console.print("goal (issue \\[why-waiting]): reasons ≤ 10 % of the decision time")
+    if json_path is not None:
+        write_json(json_path, {"reasons": results})

@@ -109,12 +109,17 @@ def simulate(
     _check_spec(spec)
     if trace_jobs is not None or trace_plot is not None:
         from oak.io_util import write_bytes_atomic, write_rows_parquet
-        from oak.sim.trace import TRACE_COLUMNS, plot_trace, run_traced
+        from oak.sim.trace import TRACE_COLUMNS, plot_trace, reason_counts, run_traced
 
         result, rows = run_traced(spec)
         if trace_jobs is not None:
             write_rows_parquet(trace_jobs, rows, TRACE_COLUMNS)
             console.print(f"wrote {len(rows):,} job-rounds to {trace_jobs}")
+            counts = reason_counts(rows)
+            console.print(
+                'why jobs held what they held (job-rounds per reason; docs/jobs.md, "Why a job waits"): '
+                + ", ".join(f"{c} {n:,}" for c, n in counts.items())
+            )
         if trace_plot is not None:
             from oak.engine.rules import rules_of
 

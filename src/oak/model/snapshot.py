@@ -102,7 +102,10 @@ class Allocation:
     ``replicas``: optionally (J, K) GPUs per node for policies that place jobs themselves (Pollux); when given,
     it is the decision and ``config`` is ignored by the simulator. ``objective``: the optimiser's objective
     value; ``method``: which solver produced it; ``state``: handed back as the next round's
-    ``RoundSnapshot.policy_state`` (e.g. a genetic algorithm's population, for warm starts).
+    ``RoundSnapshot.policy_state`` (e.g. a genetic algorithm's population, for warm starts). ``values``:
+    optionally (J, C) what each (job, configuration) was worth to the policy this round (higher is better; −inf
+    where not offered), in the units ``value_label`` names — the engine's reasons (``oak.engine.reasons``)
+    explain the decision with them.
     """
 
     config: IntArray
@@ -111,6 +114,8 @@ class Allocation:
     info: dict[str, float] = field(default_factory=dict)
     replicas: IntArray | None = None
     state: Any = None
+    values: FloatArray | None = None
+    value_label: str = "value"
 
     def gpus_per_type(self, snap: RoundSnapshot) -> IntArray:
         """GPUs used per GPU type."""

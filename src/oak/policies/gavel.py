@@ -165,6 +165,7 @@ class GavelPolicy(PolicyBase):
         received = snap.attained_gpu_s / held_gpus / np.maximum(snap.age_s, 1e-9)
         never_ran = snap.attained_gpu_s <= 0
         pairs = []
+        values = np.full(snap.goodput.shape, -np.inf)
         for j in range(snap.num_jobs):
             for t in range(len(snap.capacity)):
                 if cfg[j, t] < 0:
@@ -172,6 +173,7 @@ class GavelPolicy(PolicyBase):
                 xs = float(x[j, t])
                 prio = xs * NEW_JOB_PRIORITY if never_ran[j] else xs / max(float(received[j]), 1e-9)
                 deficit = xs * float(snap.age_s[j]) - float(snap.attained_gpu_s[j] / held_gpus[j])
+                values[j, cfg[j, t]] = prio
                 pairs.append((-prio, -deficit, -xs, j, t))
         pairs.sort()
         free = snap.capacity.astype(np.int64).copy()
@@ -181,4 +183,4 @@ class GavelPolicy(PolicyBase):
             if choice[j] < 0 and snap.config_gpus[c] <= free[t]:
                 choice[j] = c
                 free[t] -= snap.config_gpus[c]
-        return Allocation(config=choice, objective=z, method="ftf-bisection")
+        return Allocation(config=choice, objective=z, method="ftf-bisection", values=values, value_label="priority")

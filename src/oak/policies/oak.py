@@ -53,4 +53,5 @@ class OakPolicy(PolicyBase):
         objective = mu * snap.num_jobs + res.objective
         # bound: the solver's upper bound on the optimum, in this objective's units; gap: its certified relative gap
         info = {"solve_ms": res.wall_ms, "bound": mu * snap.num_jobs + res.bound, "gap": res.gap}
-        return Allocation(config=res.choice, objective=objective, method=res.method, info=info)
+        values = np.where(snap.valid, u - mu, -np.inf)
+        return Allocation(config=res.choice, objective=objective, method=res.method, info=info, values=values)

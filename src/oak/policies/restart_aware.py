@@ -248,7 +248,37 @@ class RestartAwareOakPolicy(PolicyBase):
         res = solve_assignment(problem, self.solver)
         info = {"solve_ms": res.wall_ms, "bound": res.bound, "gap": res.gap, "starving": float(starving.sum())}
         state = self._next_ledger(snap, ledger, res.choice, starving) if self.guards_waiting else None
-        return Allocation(config=res.choice, objective=res.objective, method=res.method, info=info, state=state)
+        return Allocation(
+            config=res.choice,
+            objective=res.objective,
+            method=res.method,
+            info=info,
+            state=state,
+            values=np.where(snap.valid, value, -np.inf),
+        )
+
+    def notes(self, snap: RoundSnapshot, alloc: Allocation) -> Mapping[int, str]:
+        """The waiting guard's word (``Policy.notes``): a job it admitted this round, or one it protects."""
+        ledger = alloc.state if isinstance(alloc.state, WaitLedger) else None
+        if ledger is None:
+            return {}
+        before = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None
+        out: dict[int, str] = {}
+        protected = {n: u for n, u in ledger.protected_until_s.items() if u > snap.time_s}
+        if not protected:
+            return out
+        for i, name in enumerate(snap.job_names):
+            until = protected.get(name, -math.inf)
+            if until <= snap.time_s or alloc.config[i] < 0:
+                continue
+            left = until - snap.time_s
+            was = before.protected_until_s.get(name, -math.inf) if before is not None else -math.inf
+            how = "admitted by" if was <= snap.time_s else "protected by"
+            out[i] = (
+                f"{how} the waiting guard (it waited over {self.max_wait_s / 3600:g} h); keeps this configuration "
+                f"for {left / 60:,.0f} min more (until t = {until:,.0f} s)"
+            )
+        return out
 
     def _next_ledger(
         self, snap: RoundSnapshot, ledger: WaitLedger | None, choice: IntArray, starving: BoolArray

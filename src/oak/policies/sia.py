@@ -69,4 +69,5 @@ class SiaPolicy(PolicyBase):
         # objective then being minimised); gap: its certified relative gap
         bound = lam * snap.num_jobs - res.bound if self.p < 0 else res.bound - lam * snap.num_jobs
         info = {"solve_ms": res.wall_ms, "bound": bound, "gap": res.gap}
-        return Allocation(config=res.choice, objective=objective, method=res.method, info=info)
+        values = np.where(snap.valid, value, -np.inf)  # λ − A: what the program maximises
+        return Allocation(config=res.choice, objective=objective, method=res.method, info=info, values=values)

@@ -28,6 +28,7 @@ from oak.engine.beliefs import Beliefs, RunBeliefs
 from oak.engine.ledger import JobsState
 from oak.engine.metrics import JobResult, RunResult
 from oak.engine.model import ClusterModel
+from oak.engine.reasons import RoundReasons, round_reasons
 from oak.engine.rules import PhysicsOptions, checkpoint_interval
 from oak.engine.step import Intent, step
 from oak.errors import OakInputError
@@ -41,6 +42,7 @@ from oak.sim import learning
 from oak.workloads import Workload
 
 RoundObserver = Callable[[RoundSnapshot, Allocation, list[GpuSet]], None]
+ReasonsObserver = Callable[[RoundReasons], None]
 
 _EPS = 1e-9
 
@@ -96,7 +98,12 @@ class Simulator:
         failure_rate: float = 0.0,
         seed: int = 0,
         on_round: RoundObserver | None = None,
+        on_reasons: ReasonsObserver | None = None,
     ) -> RunResult:
+        """Simulate the workload under ``policy`` at failure rate λ = ``failure_rate`` with ``seed``'s failures.
+        ``on_round`` sees every decided round's snapshot, allocation and placement; ``on_reasons`` every round's
+        reasons (``oak.engine.reasons``: why each job waits or runs below its maximum). With either, no round is
+        skipped."""
         if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):
             raise OakInputError(f"failure rate {failure_rate!r}: expected a probability in [0, 1]")
         wall_start = time.perf_counter()
@@ -145,7 +152,7 @@ class Simulator:
         )
         decision_ms: list[float] = []
         # no fast-forward under hardware failures: repairs change the capacity, and every interval's events count
-        skip_idle = self.idle_fast_forward and on_round is None and not hw_on
+        skip_idle = self.idle_fast_forward and on_round is None and on_reasons is None and not hw_on
         clock_free = skip_idle and not policy.reads_clock
         immediate = not ph.fixed_steps  # re-decide on arrival, completion and failure, not only on the grid
         decide = immediate or abs(t - round(t / round_s) * round_s) <= _EPS * max(1.0, t)
@@ -173,7 +180,7 @@ class Simulator:
                     state_before = st.policy_state
                     if self._ckpt is not None:  # what failures and checkpoints cost in each configuration
                         self._ckpt.exposure(self.model, st, t, active)
-                    self._decide(st, t, active, policy, decision_ms, on_round, seed)
+                    self._decide(st, t, active, policy, decision_ms, on_round, seed, on_reasons)
                     if self._ckpt is not None:
                         self._ckpt.periods(self.model, st, t)
                     # The next rounds' snapshots equal this one but for the clock fields: the same decision.
@@ -502,6 +509,7 @@ class Simulator:
         decision_ms: list[float],
         on_round: RoundObserver | None,
         seed: int,
+        on_reasons: ReasonsObserver | None = None,
     ) -> None:
         """One engine step, enacted: the ledger takes each job's intent at once (restores start now); under
         learned goodput the jobs' measurements of this run (``seed``) are taken first."""
@@ -512,6 +520,20 @@ class Simulator:
         st.policy_state = plan.allocation.state
         if on_round is not None:
             on_round(plan.snapshot, plan.allocation, plan.placed)
+        if on_reasons is not None:
+            restore_left = np.where(plan.snapshot.restoring, st.restore_left[active], 0.0)
+            on_reasons(
+                round_reasons(
+                    self.model,
+                    st,
+                    active,
+                    policy,
+                    plan.snapshot,
+                    plan.allocation,
+                    plan.placed,
+                    restore_left_s=restore_left,
+                )
+            )
         ph = self.model.physics
         for it in plan.intents:
             i = it.job

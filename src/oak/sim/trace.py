@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from oak.engine.metrics import RunResult
+from oak.engine.reasons import RoundReasons
 from oak.model.cluster import cluster_preset
 from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.placement.placer import GpuSet
@@ -33,11 +34,17 @@ TRACE_COLUMNS = (
     "remaining_fraction",
     "r_sia",
     "r_oak",
+    "why_code",
+    "why",
 )
 
 
-def trace_rows(snap: RoundSnapshot, alloc: Allocation, placed: list[GpuSet]) -> list[dict[str, Any]]:
-    """One row per active job of this round: GPUs before and after the decision, counters, both factors."""
+def trace_rows(
+    snap: RoundSnapshot, alloc: Allocation, placed: list[GpuSet], reasons: RoundReasons | None = None
+) -> list[dict[str, Any]]:
+    """One row per active job of this round: GPUs before and after the decision, counters, both factors, and why
+    it holds what it holds (``oak.engine.reasons``; empty for a job at its maximum)."""
+    codes = reasons.codes() if reasons is not None else ("",) * snap.num_jobs
     cost = np.array([SIA_RESTART_COST_S.get(a, SIA_DEFAULT_RESTART_COST_S) for a in snap.applications])
     r_sia = sia_restart_factor(snap.age_s, snap.restarts.astype(np.float64), cost)
     r_oak = restart_factor_decomposed(snap.t_progress_s, snap.t_ckpt_s, snap.restart_penalty_s)
@@ -58,6 +65,8 @@ def trace_rows(snap: RoundSnapshot, alloc: Allocation, placed: list[GpuSet]) -> 
             "remaining_fraction": float(remaining[i]),
             "r_sia": float(r_sia[i]),
             "r_oak": float(r_oak[i]),
+            "why_code": codes[i],
+            "why": reasons.reason(i).text if reasons is not None and codes[i] not in ("", "max") else "",
         }
         for i in range(snap.num_jobs)
     ]
@@ -68,8 +77,19 @@ def run_traced(spec: RunSpec) -> tuple[RunResult, list[dict[str, Any]]]:
     sim = Simulator(load_workload(spec.workload), cluster_preset(spec.cluster), physics=spec.physics)
     policy = make_policy(spec.policy, **{"seed": spec.seed, **dict(spec.policy_params)})
     rows: list[dict[str, Any]] = []
-    result = sim.run(policy, spec.failure_rate, spec.seed, on_round=lambda s, a, p: rows.extend(trace_rows(s, a, p)))
+
+    def observe(reasons: RoundReasons) -> None:
+        rows.extend(trace_rows(reasons.snap, reasons.alloc, reasons.placed, reasons))
+
+    result = sim.run(policy, spec.failure_rate, spec.seed, on_reasons=observe)
     return result, rows
+
+
+def reason_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Job-rounds per reason code of a job trace (``max``: at its maximum), most frequent first."""
+    from collections import Counter
+
+    return dict(Counter(str(r["why_code"]) for r in rows).most_common())
 
 
 def plot_trace(rows: list[dict[str, Any]], title: str, jobs: int = 3) -> bytes:

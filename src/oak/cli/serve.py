@@ -1,4 +1,4 @@
-"""``oak serve`` / ``submit`` / ``status`` / ``cancel`` / ``logs``: the scheduler as a service (docs/jobs.md)."""
+"""``oak serve`` / ``submit`` / ``status`` / ``cancel`` / ``logs`` / ``explain``: the scheduler as a service (docs/jobs.md)."""
 
 from __future__ import annotations
 
@@ -290,6 +290,8 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
                 "finish_s": r.finish_s,
                 "lost_steps": r.lost_steps,
                 "reason": r.gave_up,
+                "why": r.why,
+                "why_code": r.why_code,
                 "kind": None if j is None else ("command" if j.is_command else j.model),
                 "phase": r.phase,
                 "history": r.history,
@@ -319,6 +321,7 @@ def _table(state: dict[str, Any], live: bool, run_dir: Path) -> Table:
         ("T_ckpt s", "right"),
         ("T_queue s", "right"),
         ("lost steps", "right"),
+        ("why", "left"),
     ):
         # the state is what a reader looks for: never squeezed or wrapped on a narrow terminal or in a pipe (80 columns)
         wide = {"min_width": len("restoring"), "no_wrap": True} if col == "state" else {}
@@ -344,6 +347,7 @@ def _table(state: dict[str, Any], live: bool, run_dir: Path) -> Table:
             f"{r['t_ckpt_s']:,.1f}",
             f"{r['t_queue_s']:,.1f}",
             str(r["lost_steps"]),
+            escape(str(r.get("why") or r.get("reason") or "")),
         )
     return t
 
@@ -459,3 +463,54 @@ def logs(
                     over = not rows or rows[0]["state"] in ("done", "failed", "cancelled")
         except KeyboardInterrupt:
             pass
+
+
+@app.command("explain")
+def explain(
+    run_dir: RunDir,
+    name: Annotated[str, typer.Argument(help="The job.")],
+    rounds: Annotated[int, typer.Option(help="How many of its last rounds to show.")] = 5,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the rounds as JSON.")] = False,
+) -> None:
+    """Why a job waits or runs below its maximum: its last rounds — the reason, its best options and their
+    values, and the jobs that hold the GPUs it would need (docs/jobs.md, "Why a job waits")."""
+    import sqlite3
+
+    from oak.runtime.store import RunStore
+
+    if rounds < 1:
+        fail(f"--rounds {rounds}: expected a number of rounds >= 1")
+    state, _ = _status(run_dir)
+    row = _only(state, name)["jobs"][0]  # an unknown job is an input error naming the run's jobs
+    db = run_dir / "state.sqlite"
+    try:
+        store = RunStore(db)
+        try:
+            seen = store.explain(name, rounds)
+        finally:
+            store.close()
+    except sqlite3.Error as exc:
+        fail(f"{db}: unreadable ({type(exc).__name__}: {exc})")
+    if json_out:
+        print(json.dumps({"job": name, "state": row["state"], "rounds": seen}, indent=1))
+        return
+    now = f"{name}: {row['state']}" + (f" — {row['why']}" if row.get("why") else "")
+    console.print(escape(now))
+    if not seen:
+        console.print("no round has decided it yet" if row["state"] == "queued" else "no round's reasons recorded")
+        return
+    for r in seen:
+        t = Table(
+            title=escape(f"round {r['k']} at t = {r['time_s']:,.0f} s · {r['code']}: {r['text']}"),
+            title_justify="left",
+        )
+        for col, just in (("option", "left"), ("GPUs", "right"), ("value", "right"), ("", "left")):
+            t.add_column(col, justify=just)  # type: ignore[arg-type]
+        best = (r.get("best") or {}).get("config")
+        for o in r.get("options") or []:
+            v = o.get("value")
+            mark = "its best beyond what it got" if o["config"] == best else ""
+            t.add_row(escape(o["config"]), str(o["gpus"]), "-" if v is None or v != v else f"{v:.4g}", mark)
+        for job, v in r.get("rivals") or []:
+            t.add_row(f"[dim]held by {escape(job)}[/]", "", f"{v:.4g}", "[dim]would have to make room[/]")
+        console.print(t)

@@ -48,6 +48,7 @@ import numpy as np
 from oak.catalog import Catalog
 from oak.catalog.checkpoint import checkpoint_write_s
 from oak.engine import ClusterModel, Intent, JobIntent, JobResult, JobsState, Plan, RunResult, step
+from oak.engine.reasons import RoundReasons, round_reasons
 from oak.engine.rules import PhysicsOptions
 from oak.errors import OakInputError
 from oak.failures import FailureStream, PerJobBernoulli, rng
@@ -1023,7 +1024,16 @@ class RuntimeScheduler:
         self.decision_ms.append(ms)
         st.policy_state = plan.allocation.state
         try:
-            self._enact(plan, active, records, now)
+            reasons: RoundReasons | None = round_reasons(
+                self.model, st, active, self.policy, plan.snapshot, plan.allocation, plan.placed
+            )
+        except Exception as exc:  # a plug-in's notes that raise cost the reasons, never the round
+            if not self.serving:
+                raise
+            print(f"oak serve: the round's reasons failed ({type(exc).__name__}: {exc})", file=sys.stderr)
+            reasons = None
+        try:
+            self._enact(plan, active, records, now, reasons)
         except Exception as exc:
             if not self.serving:
                 raise
@@ -1035,7 +1045,41 @@ class RuntimeScheduler:
             self.store.save(self._changing(records))  # what was enacted before the error
             self._event({"event": "round-error", "t": round(now, 3), "error": msg})
 
-    def _enact(self, plan: Plan, active: np.ndarray, records: list[JobRecord], now: float) -> None:
+    def _why(
+        self, reasons: RoundReasons | None, active: np.ndarray, records: list[JobRecord], now: float
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        """Each job's reason after this round (``JobRecord.why``), and the rows ``oak explain`` reads: the engine's
+        for the jobs it decided; backing off and waiting for a stop from what only the runtime knows."""
+        rows: list[tuple[str, str, dict[str, Any]]] = []
+        waiting = {it.job for it in self._live.pending}
+        decided = {int(i): pos for pos, i in enumerate(active.tolist())}
+        for i, r in enumerate(records):
+            if not r.arrived or r.over:
+                r.why, r.why_code = "", ""
+                continue
+            pos = decided.get(i)
+            if pos is not None and reasons is not None:
+                jr = reasons.reason(pos)
+                code, text, detail = jr.code, jr.text, jr.as_dict()
+            elif r.retry_at_s > 0:
+                code = "backoff"
+                text = (
+                    f"backing off after {r.fail_streak} failure{'s' if r.fail_streak != 1 else ''} without progress "
+                    f"(next try in {max(r.retry_at_s - now, 0.0):,.0f} s)"
+                )
+                detail = {"job": r.name, "code": code, "text": text, "gpus": len(r.devices)}
+            else:
+                continue
+            if i in waiting:
+                text = f"starting: waiting for a stopping job to release its devices ({text})"
+                detail = {**detail, "text": text}
+            r.why, r.why_code = ("" if code == "max" else text), code
+            rows.append((r.name, code, detail))
+        return rows
+
+    def _enact(
+        self, plan: Plan, active: np.ndarray, records: list[JobRecord], now: float, reasons: RoundReasons | None = None
+    ) -> None:
         """Carry out a round's plan: stops asked, starts launched (or left pending on a stop), what runs
         reconciled with what is intended, the round committed."""
         ms = plan.decision_ms
@@ -1055,7 +1099,8 @@ class RuntimeScheduler:
         if waiting:
             allocation["_waiting_for_stops"] = sorted(self.names[i] for i in waiting)
         k = self.store.rounds()
-        self.store.save(self._changing(records), None, (k, now, ms, json.dumps(allocation, sort_keys=True)))
+        why = self._why(reasons, active, records, now)
+        self.store.save(self._changing(records), None, (k, now, ms, json.dumps(allocation, sort_keys=True)), why)
         self._event(
             {
                 "event": "round",

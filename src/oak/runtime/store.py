@@ -26,11 +26,17 @@ CREATE TABLE IF NOT EXISTS submissions (
 CREATE TABLE IF NOT EXISTS rounds (
     k INTEGER PRIMARY KEY, time_s REAL NOT NULL, decision_ms REAL NOT NULL, allocation TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS explain (
+    k INTEGER NOT NULL, job TEXT NOT NULL, time_s REAL NOT NULL, code TEXT NOT NULL, detail TEXT NOT NULL,
+    PRIMARY KEY (job, k)
+);
 CREATE TABLE IF NOT EXISTS failures (
     seq INTEGER PRIMARY KEY, time_s REAL NOT NULL, job TEXT NOT NULL, node TEXT NOT NULL, kind TEXT NOT NULL,
     detail TEXT NOT NULL
 );
 """
+EXPLAIN_ROUNDS_KEPT = 500
+"""Rounds of reasons ``state.sqlite`` keeps (``oak explain``): the newest ones, for every job."""
 FAILURE_KINDS = ("injected", "crash", "stall", "node-loss", "node-back")
 """What the ``failures`` table logs: a job's injected kill, its error exit (or refused launch), its stall; a node
 going down (its jobs fail with it) and coming back."""
@@ -86,6 +92,10 @@ class JobRecord:
     finished, failed for good, cancelled are read from it); ``history``: each change of phase as [run-clock
     time, phase, reason], the newest ``lifecycle.HISTORY_KEPT``."""
     history: list[list[Any]] = field(default_factory=list)
+    why: str = ""
+    """Why it holds what it holds after the last round (``oak.engine.reasons``; empty at its maximum or when
+    over): ``oak status`` shows it."""
+    why_code: str = ""
     ckpt_write_s: float = 0.0
     """Its measured checkpoint write time (s; 0: not measured yet): the packaged worker's mean save, a command
     job's last ``oak.job.report(checkpoint_s=...)``."""
@@ -214,9 +224,14 @@ class RunStore:
         return {n: JobRecord.from_json(r) for n, r in self._db.execute("SELECT name, record FROM jobs")}
 
     def save(
-        self, records: list[JobRecord], meta: dict[str, Any] | None = None, rnd: tuple[Any, ...] | None = None
+        self,
+        records: list[JobRecord],
+        meta: dict[str, Any] | None = None,
+        rnd: tuple[Any, ...] | None = None,
+        explain: list[tuple[str, str, dict[str, Any]]] | None = None,
     ) -> None:
-        """Commit the job records (and optionally meta values and one round) atomically."""
+        """Commit the job records (and optionally meta values, one round and its reasons: (job, code, detail)
+        per job) atomically; a round's reasons older than ``EXPLAIN_ROUNDS_KEPT`` rounds are dropped."""
         self._keep_wal()
         with self._tx():
             for r in records:
@@ -227,6 +242,22 @@ class RunStore:
                 self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, json.dumps(v)))
             if rnd is not None:
                 self._db.execute("INSERT OR REPLACE INTO rounds VALUES (?, ?, ?, ?)", rnd)
+            if rnd is not None and explain:
+                rk, t = int(rnd[0]), float(rnd[1])
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO explain VALUES (?, ?, ?, ?, ?)",
+                    [(rk, job, t, code, json.dumps(detail, sort_keys=True)) for job, code, detail in explain],
+                )
+                if rk % 50 == 0:
+                    self._db.execute("DELETE FROM explain WHERE k <= ?", (rk - EXPLAIN_ROUNDS_KEPT,))
+
+    def explain(self, job: str, last: int = 10) -> list[dict[str, Any]]:
+        """Job ``job``'s reasons in its last ``last`` recorded rounds, oldest first: k, time_s, code and the
+        detail (text, gpus, value, best option, rivals, options)."""
+        rows = self._db.execute(
+            "SELECT k, time_s, code, detail FROM explain WHERE job = ? ORDER BY k DESC LIMIT ?", (job, int(last))
+        ).fetchall()
+        return [{"k": k, "time_s": t, "code": c, **json.loads(d)} for k, t, c, d in reversed(rows)]
 
     def submissions(self) -> list[dict[str, Any]]:
         """The jobs submitted to ``oak serve``, in submission order (JSON objects of RuntimeJob fields)."""

@@ -6,8 +6,11 @@ one JSON object per line each way: ``{"op": "status" | "submit" | "cancel" | "me
 
 Optional transport (``oak serve --listen 127.0.0.1:PORT``): HTTP on that address, every request authenticated
 with the token in ``RUN_DIR/token`` (0600) as ``Authorization: Bearer TOKEN``: ``GET /metrics`` (Prometheus
-text format) and ``POST /v1/request`` (the same JSON objects as the socket). There is no unauthenticated
-network listener. The token is kept across restarts (scrapers keep working) or read from a file of the user's
+text format) and ``POST /v1/request`` (the same JSON objects as the socket). ``GET /`` is the status page
+(:mod:`oak.service.page`): a browser signs in once — the sign-in form (``POST /login``) or ``/?token=TOKEN``,
+answered with a redirect to ``/`` that takes the token out of the address — and holds a cookie (HttpOnly,
+SameSite=Strict, Secure under TLS) that opens the page only: it is an HMAC of the token, not the token, and the
+API still takes the bearer header alone. There is no unauthenticated network listener. The token is kept across restarts (scrapers keep working) or read from a file of the user's
 (``--token-file``). Plain HTTP listens on loopback only: an address reachable from other machines needs TLS
 (``--tls-cert``/``--tls-key``) or an explicit ``--insecure-http`` — the token is a shell as the service's user.
 """
@@ -26,12 +29,15 @@ import socketserver
 import ssl
 import threading
 from collections.abc import Callable
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from oak.errors import OakInputError
 from oak.io_util import write_atomic
+from oak.service.page import LOGIN_PAGE
 
 SOCKET_NAME = "oak.sock"
 TOKEN_NAME = "token"
@@ -157,8 +163,17 @@ HTTP_TIMEOUT_S = 10.0
 """A connection of the HTTP listener that sends nothing for this long is closed (no slow-client pile-up)."""
 
 
-def _http_handler(handler: Handler, token: str) -> type[BaseHTTPRequestHandler]:
+#: the status page's cookie: an HMAC of the token (it opens the page, never the API: a stolen cookie is no token)
+PAGE_COOKIE = "oak_page"
+
+
+def page_cookie_value(token: str) -> str:
+    return hmac.new(token.encode(), b"oak status page v1", "sha256").hexdigest()
+
+
+def _http_handler(handler: Handler, token: str, secure: bool = False) -> type[BaseHTTPRequestHandler]:
     expected = token.encode()
+    cookie_value = page_cookie_value(token).encode()
 
     class H(BaseHTTPRequestHandler):
         timeout = HTTP_TIMEOUT_S
@@ -168,30 +183,95 @@ def _http_handler(handler: Handler, token: str) -> type[BaseHTTPRequestHandler]:
             if isinstance(self.connection, ssl.SSLSocket):  # cannot hold the listener (the handshake runs in
                 self.connection.do_handshake()  # this connection's thread, not in accept)
 
-        def _authorised(self) -> bool:
+        def _bearer_ok(self) -> bool:
             got = self.headers.get("Authorization", "").encode("utf-8", errors="replace")
-            ok = got.startswith(b"Bearer ") and hmac.compare_digest(got[7:].strip(), expected)
+            return got.startswith(b"Bearer ") and hmac.compare_digest(got[7:].strip(), expected)
+
+        def _authorised(self) -> bool:
+            ok = self._bearer_ok()
             if not ok:
                 self._send(401, "text/plain", b"missing or wrong token (Authorization: Bearer <RUN_DIR/token>)\n")
             return ok
 
-        def _send(self, code: int, kind: str, body: bytes) -> None:
+        def _cookie_ok(self) -> bool:
+            jar = SimpleCookie()
+            with contextlib.suppress(CookieError):
+                jar.load(self.headers.get("Cookie", ""))
+            morsel = jar.get(PAGE_COOKIE)
+            return morsel is not None and hmac.compare_digest(morsel.value.encode(), cookie_value)
+
+        def _send(self, code: int, kind: str, body: bytes, headers: dict[str, str] | None = None) -> None:
             self.send_response(code)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.end_headers()
             self.wfile.write(body)
 
+        def _signed_in(self) -> None:
+            """303 to the page with its cookie set: the token leaves the address bar and the history."""
+            flags = "; Secure" if secure else ""
+            self._send(
+                303,
+                "text/plain",
+                b"signed in\n",
+                {
+                    "Location": "/",
+                    "Set-Cookie": f"{PAGE_COOKIE}={cookie_value.decode()}; HttpOnly; SameSite=Strict; Path=/{flags}",
+                },
+            )
+
+        def _login(self, note: str = "") -> None:
+            page = LOGIN_PAGE.replace("</h1>", f"</h1><p class=err>{note}</p>" if note else "</h1>")
+            self._send(401, "text/html; charset=utf-8", page.encode())
+
+        def _page(self, query: dict[str, list[str]]) -> None:
+            given = query.get("token")
+            if given is not None:
+                if hmac.compare_digest(given[0].encode("utf-8", errors="replace"), expected):
+                    self._signed_in()
+                else:
+                    self._login("wrong token")
+                return
+            if not (self._bearer_ok() or self._cookie_ok()):
+                self._login()
+                return
+            refresh = query.get("refresh", [""])[0]
+            reply = handler("page", {"refresh": int(refresh)} if refresh.isdigit() else {})
+            self._send(
+                200 if reply.get("ok") else 500,
+                "text/html; charset=utf-8",
+                str(reply.get("html", reply.get("error", ""))).encode(),
+                {"Cache-Control": "no-store"},
+            )
+
         def do_GET(self) -> None:
+            path, _, q = self.path.partition("?")
+            if path == "/":
+                self._page(parse_qs(q))
+                return
             if not self._authorised():
                 return
-            if self.path.split("?")[0] != "/metrics":
-                self._send(404, "text/plain", b"GET /metrics or POST /v1/request\n")
+            if path != "/metrics":
+                self._send(404, "text/plain", b"GET / (the status page), GET /metrics or POST /v1/request\n")
                 return
             reply = handler("metrics", {})
             self._send(200, "text/plain; version=0.0.4", str(reply.get("text", "")).encode())
 
         def do_POST(self) -> None:
+            if self.path == "/login":  # the status page's sign-in form
+                try:
+                    n = min(int(self.headers.get("Content-Length") or 0), 4096)
+                except ValueError:
+                    n = 0
+                form = parse_qs(self.rfile.read(max(n, 0)).decode("utf-8", errors="replace"))
+                given = form.get("token", [""])[0].strip()
+                if given and hmac.compare_digest(given.encode("utf-8", errors="replace"), expected):
+                    self._signed_in()
+                else:
+                    self._login("wrong token")
+                return
             if not self._authorised():
                 return
             if self.path != "/v1/request":
@@ -311,7 +391,7 @@ class Listeners:
                     except OakInputError:
                         token = secrets.token_hex(24)
                 try:
-                    self.http = ThreadingHTTPServer(listen, _http_handler(handler, token))
+                    self.http = ThreadingHTTPServer(listen, _http_handler(handler, token, secure=tls is not None))
                 except OSError as exc:
                     raise OakInputError(f"{where}: cannot listen there ({exc.strerror or exc})") from None
                 if context is not None:

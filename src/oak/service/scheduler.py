@@ -161,6 +161,8 @@ class StatePublisher:
                     "gpu_s_lost": round(r.gpu_s_lost, 3),
                     "kind": "command" if j.is_command else j.model,
                     "reason": r.gave_up,
+                    "why": r.why,
+                    "why_code": r.why_code,
                     "learned": _learned_row(sched, j, r),
                     "phase": r.phase,
                     "history": r.history,
@@ -316,8 +318,18 @@ class Service:
             return {"ok": True, "text": self.publisher.metrics()}
         if op == "ping":
             return {"ok": True}
+        if op == "page":
+            from oak.service.page import REFRESH_S, read_history, render_page
+
+            refresh = args.get("refresh", REFRESH_S)
+            history = read_history(self.publisher.run_dir / "state.sqlite")
+            refresh_s = int(refresh) if isinstance(refresh, int) else REFRESH_S
+            return {"ok": True, "html": render_page(self.publisher.status(), history, refresh_s=refresh_s)}
         if op not in WRITES:
-            return {"ok": False, "error": f"unknown request {op!r}; expected status, submit, cancel, retry, metrics"}
+            return {
+                "ok": False,
+                "error": f"unknown request {op!r}; expected status, submit, cancel, retry, metrics, page",
+            }
         req = _Request(op, args)
         self.inbox.put(req)
         if not req.done.wait(REQUEST_TIMEOUT_S) and req.abandon():

@@ -196,3 +196,31 @@ def test_the_page_in_a_real_browser_for_a_live_service(tmp_path: Path) -> None:
                 server.wait(60)
             except subprocess.TimeoutExpired:
                 server.kill()
+
+
+def test_the_grafana_dashboard_reads_only_metrics_the_service_exports(tmp_path: Path) -> None:
+    """docs/grafana/oak.json's queries name only metrics and labels ``oak serve`` exports (a renamed metric
+    breaks this test, not the operator's dashboard); every metric is documented in docs/jobs.md."""
+    import json
+    import re
+
+    from oak.service.scheduler import StatePublisher
+
+    pub = StatePublisher(tmp_path)
+    pub._state = {**_state(), "jobs": [{**r, "gpu_s_lost": 0.0, "submitted_s": 0.0, "why_code": "outbid"}
+                                      for r in _state()["jobs"]]}  # fmt: skip
+    text = pub.metrics()
+    exported = set(re.findall(r"^# TYPE (\w+) ", text, flags=re.M))
+    labels = set(re.findall(r"[{,](\w+)=", text))
+    root = Path(__file__).resolve().parents[1]
+    dash = json.loads((root / "docs" / "grafana" / "oak.json").read_text())
+    used, legends = set(), set()
+    for panel in dash["panels"]:
+        for t in panel["targets"]:
+            used |= set(re.findall(r"\boak_\w+", t["expr"]))
+            legends |= set(re.findall(r"\{\{(\w+)\}\}", t.get("legendFormat", "")))
+    assert used and used <= exported, used - exported
+    assert legends <= labels, legends - labels
+    assert 'oak_jobs_waiting{reason="outbid"} 2' in text and 'oak_job_devices{job="a"} 2' in text
+    documented = (root / "docs" / "jobs.md").read_text()
+    assert all(f"`{m}`" in documented for m in exported), exported

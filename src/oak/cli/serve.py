@@ -290,8 +290,8 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
                 "finish_s": r.finish_s,
                 "lost_steps": r.lost_steps,
                 "reason": r.gave_up,
-                "why": r.why,
-                "why_code": r.why_code,
+                "why": "" if r.over else r.why,  # the last round's, until the job is over
+                "why_code": "" if r.over else r.why_code,
                 "kind": None if j is None else ("command" if j.is_command else j.model),
                 "phase": r.phase,
                 "history": r.history,

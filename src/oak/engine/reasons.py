@@ -97,10 +97,12 @@ class JobReason:
         }
 
 
-def config_label(snap: RoundSnapshot, c: int) -> str:
-    """``4×a100``, or ``16×a100 on 2 nodes`` for a configuration spanning nodes."""
+def config_label(snap: RoundSnapshot, c: int, type_names: Mapping[str, str] | None = None) -> str:
+    """``4×a100``, or ``16×a100 on 2 nodes`` for a configuration spanning nodes (types renamed by
+    ``type_names``)."""
     cfg = snap.configs[c]
-    return f"{cfg.gpus}×{cfg.gpu_type}" + (f" on {cfg.nodes} nodes" if cfg.nodes > 1 else "")
+    kind = type_names.get(cfg.gpu_type, cfg.gpu_type) if type_names else cfg.gpu_type
+    return f"{cfg.gpus}×{kind}" + (f" on {cfg.nodes} nodes" if cfg.nodes > 1 else "")
 
 
 def _fmt(v: float) -> str:
@@ -126,6 +128,9 @@ class RoundReasons:
     declared_max: IntArray
     restore_left_s: FloatArray | None
     policy: str
+    #: what the texts call a device ("GPU"; the runtime on CPU slots: "device") and each type's name in labels
+    unit: str = "GPU"
+    type_names: Mapping[str, str] | None = None
 
     def codes(self) -> tuple[str, ...]:
         return tuple(CODES[k] for k in self.code.tolist())
@@ -139,6 +144,10 @@ class RoundReasons:
         return tuple(self.reason(i).text for i in range(self.snap.num_jobs))
 
     # ------------------------------------------------------------------ one job, rendered
+    def _type(self, t: int) -> str:
+        name = self.snap.gpu_types[t]
+        return self.type_names.get(name, name) if self.type_names else name
+
     def _value(self, i: int, c: int) -> float | None:
         v = self.alloc.values
         return None if v is None or c < 0 else float(v[i, c])
@@ -152,7 +161,11 @@ class RoundReasons:
         key = -v[i, cand] if v is not None else -snap.config_gpus[cand].astype(np.float64)
         top = cand[np.lexsort((cand, key))][:TOP_OPTIONS]
         return tuple(
-            Option(config_label(snap, int(c)), int(snap.config_gpus[c]), float(v[i, c]) if v is not None else math.nan)
+            Option(
+                config_label(snap, int(c), self.type_names),
+                int(snap.config_gpus[c]),
+                float(v[i, c]) if v is not None else math.nan,
+            )
             for c in top.tolist()
         )
 
@@ -187,10 +200,15 @@ class RoundReasons:
         name, n = snap.job_names[i], int(self.gpus[i])
         got = int(alloc.config[i]) if n > 0 else -1
         b = int(self.best[i])
-        best = None if b < 0 else Option(config_label(snap, b), int(snap.config_gpus[b]), self._value(i, b) or math.nan)
+        best = (
+            None
+            if b < 0
+            else Option(config_label(snap, b, self.type_names), int(snap.config_gpus[b]), self._value(i, b) or math.nan)
+        )
         label = alloc.value_label
-        held = f"held at {n} GPU{'s' if n != 1 else ''}" if n > 0 else "waiting"
-        now = f"{config_label(snap, got)}" if got >= 0 else "none"
+        unit = self.unit
+        held = f"held at {n} {unit}{'s' if n != 1 else ''}" if n > 0 else "waiting"
+        now = f"{config_label(snap, got, self.type_names)}" if got >= 0 else "none"
         rivals: tuple[tuple[str, float], ...] = ()
         if code == "max":
             text = f"running at its maximum ({now})"
@@ -199,35 +217,35 @@ class RoundReasons:
         elif code == "no-fit":
             text = (
                 f"{held}: no configuration fits its bounds [{int(snap.min_gpus[i])}, {int(self.declared_max[i])}] "
-                "GPUs on this cluster's GPUs up now"
+                f"{unit}s on this cluster's {unit}s up now"
             )
         elif code == "restoring":
             left = self.restore_left_s[i] if self.restore_left_s is not None else math.nan
             more = f": {_duration(float(left))} left" if math.isfinite(left) and left > 0 else ""
-            kept = f"kept its configuration {now}" if got >= 0 else f"kept its {n} GPUs"
+            kept = f"kept its configuration {now}" if got >= 0 else f"kept its {n} {unit}s"
             text = f"restoring ({kept}{more})"
         elif code == "bootstrap":
             text = f"{held}: not run yet, so offered only its smallest configurations (the exploration rule)"
         elif code == "cap":
             text = (
-                f"{held}: the exploration cap ({int(snap.max_gpus[i])} GPUs, 2× the most it has run on; "
+                f"{held}: the exploration cap ({int(snap.max_gpus[i])} {unit}s, 2× the most it has run on; "
                 f"its bound is {int(self.declared_max[i])})"
             )
         elif code == "policy":
             text = f"{held}: {self.notes.get(i, '')}"
         elif code == "unplaced":
-            text = f"waiting: given {now}, but no placement of it fits the free GPUs (fragmented nodes)"
+            text = f"waiting: given {now}, but no placement of it fits the free {unit}s (fragmented nodes)"
         elif code == "not-chosen":
             t = int(snap.config_type[b]) if b >= 0 else 0
             cap = int(snap.capacity[t])
             what = "not chosen by" if n == 0 else "given no more by"
             text = (
-                f"{held}: {what} {self.policy}; {snap.gpu_types[t]}: {cap - int(self.free[t])} of {cap} GPUs held "
+                f"{held}: {what} {self.policy}; {self._type(t)}: {cap - int(self.free[t])} of {cap} {unit}s held "
                 f"({self.policy} exposes no {label}s to compare)"
             )
         elif code == "no-larger":
             text = (
-                f"{held}: no larger configuration is offered to it (its goodput model, batch or GPU limits, or "
+                f"{held}: no larger configuration is offered to it (its goodput model, batch or {unit} limits, or "
                 f"{self.policy} runs it rigid at its demand)"
             )
         elif code == "not-worth":
@@ -245,7 +263,7 @@ class RoundReasons:
             need = best.gpus - own - int(self.free[t])
             if code == "left-out":
                 text = (
-                    f"{held}: {best.config} ({label} {_fmt(best.value)}) fits the free GPUs, but {self.policy} "
+                    f"{held}: {best.config} ({label} {_fmt(best.value)}) fits the free {unit}s, but {self.policy} "
                     "left it out (its solver's gap, or its own rule)"
                 )
             else:
@@ -255,20 +273,20 @@ class RoundReasons:
                 total = sum(v for _, v in rivals)
                 if label != "value":  # an order, not a sum: the GPUs went to jobs ranked above it
                     text = (
-                        f"{held}: ranked below the jobs given those GPUs (best: {best.config}, {label} "
-                        f"{_fmt(best.value)}; the GPUs go to {names}{more})"
+                        f"{held}: ranked below the jobs given those {unit}s (best: {best.config}, {label} "
+                        f"{_fmt(best.value)}; the {unit}s go to {names}{more})"
                     )
                 elif n == 0:
                     text = (
-                        f"waiting: every option it fits is worth no more than what holds those GPUs (best: "
-                        f"{best.config}, {label} {_fmt(best.value)}; the GPUs go to {names}{more}"
+                        f"waiting: every option it fits is worth no more than what holds those {unit}s (best: "
+                        f"{best.config}, {label} {_fmt(best.value)}; the {unit}s go to {names}{more}"
                         + (f": {_fmt(total)} in all)" if len(rivals) > 1 else ")")
                     )
                 else:
                     mine = self._value(i, got) or 0.0
                     text = (
                         f"{held}: growing to {best.config} would gain {_fmt(best.value - mine)} ({label} "
-                        f"{_fmt(best.value)} vs {_fmt(mine)} now), no more than what holds those GPUs: {names}{more}"
+                        f"{_fmt(best.value)} vs {_fmt(mine)} now), no more than what holds those {unit}s: {names}{more}"
                         + (f" ({_fmt(total)} in all)" if len(rivals) > 1 else "")
                     )
         return JobReason(name, code, text, n, self._value(i, got), best, rivals, self.options(i))
@@ -287,6 +305,8 @@ def explain_round(
     notes: Mapping[int, str] | None = None,
     restore_left_s: FloatArray | None = None,
     policy: str = "the policy",
+    unit: str = "GPU",
+    type_names: Mapping[str, str] | None = None,
 ) -> RoundReasons:
     """The reason of every active job of the round that decided ``alloc`` on ``snap`` and placed ``placed``.
 
@@ -310,7 +330,9 @@ def explain_round(
     free = np.maximum(snap.capacity - used.astype(np.int64), 0)
     idx = np.flatnonzero(gpus < bound)  # only the jobs below their bound need a reason
     if len(idx) == 0:
-        return RoundReasons(snap, alloc, placed, code, gpus, best, free, notes, bound, restore_left_s, policy)
+        return RoundReasons(
+            snap, alloc, placed, code, gpus, best, free, notes, bound, restore_left_s, policy, unit, type_names
+        )
     n, g, c = gpus[idx], got[idx], alloc.config[idx]
     valid: BoolArray = snap.valid[idx]
     # options beyond what each job got: more GPUs than it holds now
@@ -351,7 +373,9 @@ def explain_round(
     sub[~valid.any(axis=1)] = CODE_INDEX["no-fit"]
     code[idx] = sub
     best[idx] = b
-    return RoundReasons(snap, alloc, placed, code, gpus, best, free, notes, bound, restore_left_s, policy)
+    return RoundReasons(
+        snap, alloc, placed, code, gpus, best, free, notes, bound, restore_left_s, policy, unit, type_names
+    )
 
 
 def round_reasons(
@@ -364,17 +388,22 @@ def round_reasons(
     placed: list[GpuSet],
     *,
     restore_left_s: FloatArray | None = None,
+    declared_max: IntArray | None = None,
+    unit: str = "GPU",
+    type_names: Mapping[str, str] | None = None,
 ) -> RoundReasons:
-    """:func:`explain_round` for a round of the engine: the jobs' own bounds from the cluster model, the
-    policy's notes (``Policy.notes``; a plug-in without the hook has none)."""
+    """:func:`explain_round` for a round of the engine: the jobs' own bounds (the cluster model's, unless
+    ``declared_max`` gives them), the policy's notes (``Policy.notes``; a plug-in without the hook has none)."""
     notes_of = getattr(policy, "notes", None)
     notes = notes_of(snap, alloc) if callable(notes_of) else {}
     return explain_round(
         snap,
         alloc,
         placed,
-        declared_max=model.max_gpus[active],
+        declared_max=model.max_gpus[active] if declared_max is None else declared_max,
         notes=notes,
         restore_left_s=restore_left_s,
         policy=str(getattr(policy, "name", "the policy")),
+        unit=unit,
+        type_names=type_names,
     )

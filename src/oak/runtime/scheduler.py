@@ -1024,8 +1024,18 @@ class RuntimeScheduler:
         self.decision_ms.append(ms)
         st.policy_state = plan.allocation.state
         try:
+            kinds = {t: self.opts.device_kind for t in plan.snapshot.gpu_types}  # the profile type scores them
             reasons: RoundReasons | None = round_reasons(
-                self.model, st, active, self.policy, plan.snapshot, plan.allocation, plan.placed
+                self.model,
+                st,
+                active,
+                self.policy,
+                plan.snapshot,
+                plan.allocation,
+                plan.placed,
+                declared_max=np.array([self.jobs[i].max_gpus for i in active.tolist()], dtype=np.int64),
+                unit="GPU" if self.opts.device_kind == "gpu" else "device",
+                type_names=kinds,
             )
         except Exception as exc:  # a plug-in's notes that raise cost the reasons, never the round
             if not self.serving:

@@ -81,10 +81,10 @@ def _fmt_s(s: float) -> str:
     return f"{s / 3600:,.1f} h"
 
 
-def _utilisation_svg(h: History, devices: int, width: int = 900, height: int = 160) -> str:
+def _utilisation_svg(h: History, devices: int, now: float, width: int = 900, height: int = 160) -> str:
     if not h.rounds or devices <= 0:
         return '<p class="none">no round recorded yet</p>'
-    t0, t1 = h.rounds[0][0], max(h.rounds[-1][0], h.rounds[0][0] + 1e-9)
+    t0, t1 = h.rounds[0][0], max(h.rounds[-1][0], now, h.rounds[0][0] + 1e-9)
     pad = 36
 
     def x(t: float) -> float:
@@ -101,6 +101,8 @@ def _utilisation_svg(h: History, devices: int, width: int = 900, height: int = 1
             pts.append(f"{x(t):.1f},{y(prev):.1f}")
         pts.append(f"{x(t):.1f},{y(u):.1f}")
         prev = u
+    if prev is not None:
+        pts.append(f"{x(t1):.1f},{y(prev):.1f}")  # the last round's allocation holds until now
     axis = "".join(
         f'<line x1="{pad}" x2="{width - 8}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="grid"/>'
         f'<text x="{pad - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{int(v * 100)}%</text>'
@@ -190,7 +192,7 @@ h1{font-size:1.3em;margin:0 0 .2em} h2{font-size:1.05em;margin:1.4em 0 .4em}
 .meta{color:#555} .err{color:#b00;font-weight:600}
 table{border-collapse:collapse;width:100%} th,td{padding:3px 8px;border-bottom:1px solid #e4e4e4;text-align:left;
 vertical-align:top} th{background:#f4f4f4} td.n{text-align:right;font-variant-numeric:tabular-nums}
-td.why{color:#444;max-width:46em} .state{font-weight:600}
+td.why{color:#444;max-width:46em} .state{font-weight:600} td:first-child{white-space:nowrap}
 svg text{font-size:11px;fill:#444} .grid{stroke:#ddd;stroke-width:1} .util{fill:none;stroke:#1f77b4;stroke-width:1.5}
 .held{fill:#1f77b4;opacity:.8} .restart{stroke:#ff7f0e;stroke-width:2} .failure{stroke:#d62728;stroke-width:2}
 .none{color:#777}
@@ -239,7 +241,7 @@ def render_page(state: dict[str, Any], history: History, *, refresh_s: int = REF
         f'<h1>oak serve</h1><p class="meta" id="summary">{head}</p>'
         + (f'<p class="err">last round not decided: {_e(err)} (jobs keep their devices)</p>' if err else "")
         + f"<h2>Jobs</h2>{table}"
-        + f"<h2>Utilisation: devices held</h2>{_utilisation_svg(history, devices)}"
+        + f"<h2>Utilisation: devices held</h2>{_utilisation_svg(history, devices, float(state.get('time_s', 0.0)))}"
         + f"<h2>Per job: devices, restarts, failures</h2>{_timelines_svg(state, history)}"
         + "</body></html>"
     )

@@ -161,8 +161,8 @@ class StatePublisher:
                     "gpu_s_lost": round(r.gpu_s_lost, 3),
                     "kind": "command" if j.is_command else j.model,
                     "reason": r.gave_up,
-                    "why": r.why,
-                    "why_code": r.why_code,
+                    "why": "" if r.over else r.why,  # the last round's, until the job is over
+                    "why_code": "" if r.over else r.why_code,
                     "learned": _learned_row(sched, j, r),
                     "phase": r.phase,
                     "history": r.history,
@@ -179,6 +179,8 @@ class StatePublisher:
         counts = Counter(r["state"] for r in rows)
         held = sum(len(r["devices"]) for r in rows)
         queued_age = [st["time_s"] - r["submitted_s"] for r in rows if r["state"] == "queued"]
+        reasons = Counter(r.get("why_code") or "" for r in rows if r["state"] in ("queued", "restoring", "running"))
+        reasons = Counter({c: n for c, n in reasons.items() if c not in ("", "max")})
         lines = [
             "# HELP oak_jobs Jobs of this run by state.",
             "# TYPE oak_jobs gauge",
@@ -198,6 +200,16 @@ class StatePublisher:
             "# HELP oak_lost_device_seconds_total Device-seconds spent restoring or lost to failures.",
             "# TYPE oak_lost_device_seconds_total counter",
             f"oak_lost_device_seconds_total {sum(r['gpu_s_lost'] for r in rows):.3f}",
+            "# HELP oak_jobs_waiting Jobs queued or below their maximum, by the reason of the last round (docs/jobs.md).",
+            "# TYPE oak_jobs_waiting gauge",
+            *(f'oak_jobs_waiting{{reason="{c}"}} {n}' for c, n in sorted(reasons.items())),
+            "# HELP oak_job_devices Devices each job that is not over holds.",
+            "# TYPE oak_job_devices gauge",
+            *(
+                f'oak_job_devices{{job="{r["name"]}"}} {len(r["devices"])}'
+                for r in rows
+                if r["state"] in ("queued", "restoring", "running")
+            ),
             "# HELP oak_decision_seconds Time the last round's decision took.",
             "# TYPE oak_decision_seconds gauge",
             f"oak_decision_seconds {self._decision_s:.6f}",

@@ -479,7 +479,7 @@ def bench_reasons(
                 t0 = time.perf_counter()
                 mine = policy.decide(snap)
                 t1 = time.perf_counter()
-                notes = policy.notes(snap, alloc)
+                notes = policy.notes(snap, alloc) if isinstance(policy, PolicyBase) else {}
                 reasons = explain_round(snap, alloc, placed, declared_max=bound, notes=notes, policy=name)
                 t2 = time.perf_counter()
                 for i in np.flatnonzero(reasons.gpus < bound).tolist():

@@ -23,9 +23,8 @@ class Policy(Protocol):
       snapshot's clock fields (``time_s``, ``age_s``, ``t_queue_s``), so two snapshots equal in every other field
       get the same allocation. The simulator then skips the rounds of an idle stretch (no job holds GPUs, no
       arrival) whose decision is provably the one just taken.
-    * ``notes(snap, alloc)`` (default none): the policy's own word on why some jobs hold what they hold after its
-      decision (e.g. the waiting guard's protection), by job position; called only where reasons are shown
-      (``oak.engine.reasons``), never by ``decide``.
+
+    Optional hooks live on :class:`PolicyBase` (a policy that does not derive from it simply has none).
     """
 
     @property
@@ -42,11 +41,15 @@ class Policy(Protocol):
 
     def decide(self, snap: RoundSnapshot) -> Allocation: ...
 
-    def notes(self, snap: RoundSnapshot, alloc: Allocation) -> Mapping[int, str]: ...
-
 
 class PolicyBase:
-    """The defaults of the optional capabilities (a policy that reads the clock and no per-node goodput)."""
+    """The defaults of the optional capabilities (a policy that reads the clock and no per-node goodput), and the
+    optional hooks:
+
+    * ``notes(snap, alloc)`` (default none): the policy's own word on why some jobs hold what they hold after its
+      decision (e.g. the waiting guard's protection), by job position; called only where reasons are shown
+      (``oak.engine.reasons``), never by ``decide``.
+    """
 
     @property
     def reads_clock(self) -> bool:

@@ -225,3 +225,62 @@ def test_sia_factor_ablation_scales_only_moves() -> None:
     rows = held[snap.valid[held, snap.current[held]]]
     assert np.allclose(u[rows, snap.current[rows]], off[rows, snap.current[rows]])
     assert np.all(u <= off + 1e-12)
+
+
+def _sia_trace(tmp_path: Path, rows: list[str]) -> Workload:
+    path = tmp_path / "trace.csv"
+    path.write_text("name,time,application,num_replicas,batch_size\n" + "\n".join(rows) + "\n")
+    return load_workload(str(path))
+
+
+def _peak_and_first_type(workload: Workload, physics: PhysicsOptions, policy: str = "sia") -> tuple[dict, dict]:
+    from oak.model.cluster import cluster_preset
+
+    peak: dict[str, int] = {}
+    first: dict[str, str] = {}
+
+    def observe(snap: RoundSnapshot, alloc: Allocation, placed: list) -> None:
+        for i, name in enumerate(snap.job_names):
+            peak[name] = max(peak.get(name, 0), len(placed[i]))
+            if name not in first and len(placed[i]) > 0:
+                first[name] = snap.configs[int(alloc.config[i])].gpu_type
+
+    Simulator(workload, cluster_preset("sia-64"), physics=physics).run(make_policy(policy), 0.0, 0, on_round=observe)
+    return peak, first
+
+
+def test_num_replicas_caps_adaptive_jobs_only_under_the_default_rules(tmp_path: Path) -> None:
+    """A Sia trace's num_replicas is the job's maximum by default; under ``replicas_cap = False`` (part of
+    sia-artifact) it is only the demand of rigid policies: an adaptive job alone on the cluster grows past it
+    (through the exploration cap), and Gavel still runs it at exactly that demand."""
+    wl = _sia_trace(tmp_path, ["big,0,imagenet,2,200"])
+    assert wl.jobs[0].replicas_from_trace and wl.jobs[0].max_gpus == 2 and wl.jobs[0].requested_gpus == 2
+    capped, _ = _peak_and_first_type(wl, dataclasses.replace(ARTIFACT, replicas_cap=True))
+    lifted, _ = _peak_and_first_type(wl, ARTIFACT)
+    assert capped["big"] <= 2 < lifted["big"], (capped, lifted)
+    rigid, _ = _peak_and_first_type(wl, ARTIFACT, policy="gavel-throughput")
+    assert rigid["big"] == 2
+    oak_format = Workload("w", (JobSpec("big", "imagenet", 0.0, 1, 2),))
+    assert _peak_and_first_type(oak_format, ARTIFACT)[0]["big"] <= 2  # an OAK-format bound is a bound
+
+
+def test_a_never_run_jobs_first_type_is_a_tie_the_emptiest_type_takes(tmp_path: Path) -> None:
+    """Under ``first_type_tie`` a job that has never run is worth the same on every type's 1-GPU configuration,
+    and starts on the type with the most free GPUs (sia-64: aws and rtx have 24 each, aws first): without the
+    rule Sia sends a lone cifar10 job to the fastest type (the A100s, dgx-ext)."""
+    wl = _sia_trace(tmp_path, ["c,0,cifar10,1,128"])
+    _, tie = _peak_and_first_type(wl, ARTIFACT)
+    _, known = _peak_and_first_type(wl, dataclasses.replace(ARTIFACT, first_type_tie=False))
+    assert tie["c"] == "aws" and known["c"] == "dgx-ext", (tie, known)
+    from oak.engine.ledger import JobsState
+    from oak.engine.model import ClusterModel
+    from oak.model.cluster import cluster_preset
+
+    model = ClusterModel(wl, cluster_preset("sia-64"), physics=ARTIFACT)
+    st = JobsState.initial(np.zeros(1))
+    st.arrived[:] = True
+    snap = model.snapshot(st, 0.0, np.array([0]))
+    offered = np.flatnonzero(snap.valid[0])
+    assert len({snap.config_type[c] for c in offered}) == 3 and set(snap.config_gpus[offered]) == {1}
+    assert np.all(snap.goodput[0, offered] == 1.0)
+    assert snap.tie_config is not None and snap.configs[int(snap.tie_config[0])].gpu_type == "aws"

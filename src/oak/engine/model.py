@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from oak.catalog import Catalog
+from oak.catalog import AppProfile, Catalog
 from oak.catalog.checkpoint import checkpoint_write_s
 from oak.engine.ledger import JobsState
 from oak.engine.rules import PhysicsOptions
@@ -18,6 +18,7 @@ from oak.failures import rng
 from oak.goodput.table import GoodputTable
 from oak.model.cluster import Cluster, cluster_preset
 from oak.model.config import Configuration, sia_configurations
+from oak.model.job import JobSpec
 from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array, kept_current, kept_while_restoring
 from oak.placement import place, place_replicas
 from oak.placement.placer import GpuSet
@@ -95,14 +96,14 @@ class ClusterModel:
         self.ckpt_write = np.array([checkpoint_write_s(a.name) for a in self.apps], dtype=np.float64)
         gpus = self.config_gpus[None, :]
         lo = np.array([j.min_gpus for j in jobs])[:, None]
-        hi = np.array([j.max_gpus for j in jobs])[:, None]
+        hi = np.array([self._bound(j, a) for j, a in zip(jobs, self.apps, strict=True)])[:, None]
         per_app = {
             a: [self.table.has_profile(a, c.gpu_type) for c in self.configs] for a in {j.application for j in jobs}
         }
         profiled = np.array([per_app[j.application] for j in jobs], dtype=bool).reshape(len(jobs), len(self.configs))
         self.bounds = (gpus >= lo) & (gpus <= hi) & profiled
         self.min_gpus = np.array([j.min_gpus for j in jobs], dtype=np.int64)
-        self.max_gpus = np.array([j.max_gpus for j in jobs], dtype=np.int64)
+        self.max_gpus = hi[:, 0].astype(np.int64)
         self.requested = np.array([j.requested_gpus for j in jobs], dtype=np.int64)
         for i, j in enumerate(jobs):
             ok = self.bounds[i] & (self.table.choices(j.application, 0).goodput[self.config_shape] > 0)
@@ -113,6 +114,15 @@ class ClusterModel:
                     f"feasible configuration of cluster {self.cluster.name!r} (GPU counts {sizes}, "
                     f"application {j.application!r} profiled on {sorted(a for a in self.apps[i].gpus)})"
                 )
+
+    def _bound(self, job: JobSpec, app: AppProfile) -> int:
+        """A job's largest GPU count: its ``max_gpus``, but for a Sia trace's job under ``replicas_cap = False``
+        (the artifact's reading of ``num_replicas``): 64 GPUs and its application's largest batch over its
+        smallest per-GPU batch."""
+        if self.physics.replicas_cap or not job.replicas_from_trace:
+            return int(job.max_gpus)
+        smallest = min((g.b_min for g in app.gpus.values()), default=1)
+        return int(max(job.min_gpus, min(MAX_REPLICAS_PER_JOB, app.m_max // max(smallest, 1))))
 
     def _build_shapes(self) -> None:
         """Every (GPU type, nodes N, GPUs R) a job may run on: Sia's configurations plus, for policies that place
@@ -151,7 +161,7 @@ class ClusterModel:
         raw = shape_goodput[:, self.config_shape]
         valid = self.bounds[active] & (raw > 0)
         max_gpus = self.max_gpus[active]
-        if self.physics.bootstrap or self.physics.exploration_cap or self.learned:
+        if self.physics.bootstrap or self.physics.exploration_cap or self.learned or self.physics.first_type_tie:
             valid, max_gpus = self._explorable(valid, st.max_run_gpus[active], max_gpus)
         elif self.explore is not None and self.explore[active].any():
             capped, capped_max = self._explorable(valid, st.max_run_gpus[active], max_gpus, learned=True)
@@ -160,6 +170,9 @@ class ClusterModel:
             max_gpus = np.where(some, capped_max, max_gpus)
         row_min = np.where(valid, raw, np.inf).min(axis=1)
         good = np.where(valid, raw / np.where(np.isfinite(row_min), row_min, 1.0)[:, None], 0.0)
+        never = st.max_run_gpus[active] == 0 if self.physics.first_type_tie else None
+        if never is not None and never.any():  # the artifact's tie: nothing is known of a job that has not run
+            good = np.where(never[:, None] & valid, 1.0, good)
         rate = shape_rate[:, self.config_shape] / self.calibration[active, None]
         node_goodput = None
         if needs_node_goodput:
@@ -214,6 +227,8 @@ class ClusterModel:
             if st.failure_overhead is None
             else frozen_array(np.where(valid, st.failure_overhead[active], 0.0), np.float64),
         )
+        if never is not None and never.any():
+            snap = dataclasses.replace(snap, tie_config=self._tie_configs(snap, never))
         kept = None if self.physics.restores_preemptible else kept_while_restoring(snap)
         if st.pinned.shape == st.done.shape and st.pinned[active].any():  # held by the world: a stop in flight
             pinned = kept_current(snap, st.pinned[active])
@@ -230,11 +245,23 @@ class ClusterModel:
         fewest = np.where(valid, gpus, np.iinfo(np.int64).max).min(axis=1)
         limit = np.full(len(ran), np.iinfo(np.int64).max)
         learned = learned or self.learned
-        if self.physics.bootstrap or learned:
+        if self.physics.bootstrap or learned or self.physics.first_type_tie:
             limit = np.where(ran == 0, fewest, limit)
         if self.physics.exploration_cap or learned:
             limit = np.where(ran > 0, np.maximum(2 * ran, fewest), limit)
         return valid & (gpus <= limit[:, None]), np.minimum(max_gpus, limit)
+
+    def _tie_configs(self, snap: RoundSnapshot, never: np.ndarray) -> np.ndarray:
+        """(J,) under ``first_type_tie``: for each job that has never run, its offered configuration of the GPU
+        type with the most GPUs not held at the round's start (the cluster's type order among equals); −1 for
+        the others. Its options are equal in value, so this is the one the round programs keep on a tie."""
+        held = np.bincount(snap.node_type, weights=snap.current_replicas.sum(axis=0), minlength=len(snap.capacity))
+        free = snap.capacity - held.astype(np.int64)
+        rank = np.empty(len(free), dtype=np.int64)
+        rank[np.lexsort((np.arange(len(free)), -free))] = np.arange(len(free))  # 0: the emptiest type
+        key = np.where(snap.valid, rank[snap.config_type][None, :], np.iinfo(np.int64).max)
+        best = np.argmin(key, axis=1)
+        return np.where(never & snap.valid.any(axis=1), best, -1).astype(np.int64)
 
     def _per_node(self, gpus: GpuSet) -> tuple[int, tuple[int, ...]]:
         """A placement's per-node shape: its GPU type and its sorted GPU counts per node."""

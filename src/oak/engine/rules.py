@@ -29,6 +29,8 @@ SIA_ARTIFACT_RULES: dict[str, object] = {
     "restart_on": "shape",
     "fixed_steps": True,
     "restores_preemptible": False,
+    "replicas_cap": False,
+    "first_type_tie": True,
 }
 
 
@@ -46,7 +48,7 @@ class PhysicsOptions:
     delayed by a seeded uniform in [0, jitter). horizon_s: simulated time after which a run stops and the
     unfinished jobs are reported as such.
 
-    The rules of the Sia artifact's simulator, each on its own (``--rules sia-artifact`` sets all five):
+    The rules of the Sia artifact's simulator, each on its own (``--rules sia-artifact`` sets all seven):
     bootstrap: a job that has never run is offered only its smallest configurations (1 GPU). exploration_cap: a
     job that has run is offered at most 2× the most GPUs it has run on. restart_on: "move" (any change of GPUs
     is a restart and pays a restore) or "shape" (only a change of the job's GPU type or GPUs per node is; moving
@@ -55,7 +57,13 @@ class PhysicsOptions:
     whatever the policy. failure_restarts: how many restarts a failure adds to the job's count n (0, 1, 2).
     failure_mode: "restore" (a failed job restores in place) or "ghost" (it keeps its GPUs without progress
     until the policy changes its allocation). lost_work "since-restart": a failure loses the progress since
-    the job's last (re)start (the artifact checkpoints only when a job is reallocated).
+    the job's last (re)start (the artifact checkpoints only when a job is reallocated). replicas_cap: False reads
+    a Sia trace's ``num_replicas`` as the demand of rigid policies only, as the artifact does: an adaptive job is
+    bounded by 64 GPUs and its application's largest batch over its smallest per-GPU batch (and by the
+    exploration cap where that is on). first_type_tie: a job that has never run is offered each GPU type's
+    smallest configuration at the same goodput (1), as the artifact's policy, which knows nothing of it yet,
+    values it; the tie goes to the type with the most GPUs not held at the round's start (the cluster's type
+    order among equals) through the snapshot's ``tie_config``.
 
     failure_model: ``NAME[:key=value,...]`` (``oak.failures.hardware``): "paper" (only the per-job coin λ), or a
     hardware model — node failures with repair times, failure domains, lemon nodes, software failures — whose
@@ -94,6 +102,8 @@ class PhysicsOptions:
     failure_model: str = "paper"
     goodput: str = "known"
     checkpoint_policy: str = "implicit"
+    replicas_cap: bool = True
+    first_type_tie: bool = False
 
     def __post_init__(self) -> None:
         from oak.failures.hardware import parse_failure_model
@@ -124,7 +134,14 @@ class PhysicsOptions:
         ):
             if getattr(self, name) not in allowed:
                 raise OakInputError(f"physics {name}={getattr(self, name)!r}: expected one of {allowed}")
-        for name in ("bootstrap", "exploration_cap", "fixed_steps", "restores_preemptible"):
+        for name in (
+            "bootstrap",
+            "exploration_cap",
+            "fixed_steps",
+            "restores_preemptible",
+            "replicas_cap",
+            "first_type_tie",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise OakInputError(f"physics {name}={getattr(self, name)!r}: expected true or false")
         for name in ("checkpoint_interval_s", "horizon_s"):
@@ -166,6 +183,10 @@ FIELD_HELP: dict[str, str] = {
     "restart_on": "'move' (any change of GPUs is a restart) or 'shape' (only a change of GPU type or GPUs per node).",
     "fixed_steps": "Sia artifact rule: decide only on the round grid, not on arrival, completion or failure.",
     "restores_preemptible": "Whether the policy may take a restoring job's GPUs (--no-restores-preemptible: kept).",
+    "replicas_cap": "Whether a Sia trace's num_replicas caps adaptive jobs (--no-replicas-cap: only rigid "
+    "policies' demand, as the Sia artifact reads it).",
+    "first_type_tie": "Offer a job that has never run each GPU type's smallest configuration at equal goodput (the "
+    "Sia artifact's tie; the type with the most free GPUs takes it).",
     "failure_restarts": "Restarts a failure adds to a job's count n: 0, 1 or 2.",
     "failure_mode": "'restore' (a failed job restores in place) or 'ghost' (it keeps its GPUs without progress until "
     "its allocation changes).",

@@ -18,6 +18,8 @@ class JobSpec:
     ``batch_size``: the global batch the user asked for (informational; the simulator tunes it per allocation).
     ``gpus``: the GPU count the user asked for (paper §IV-B "GPU demand"); rigid policies (Gavel) run the job at
     exactly this count and DRF caps its share there. ``None`` means ``max_gpus``.
+    ``replicas_from_trace``: ``max_gpus`` is a Sia trace's ``num_replicas`` — a demand, which the Sia artifact's
+    simulator holds only rigid jobs to (``PhysicsOptions.replicas_cap``).
     """
 
     name: str
@@ -28,6 +30,7 @@ class JobSpec:
     restart_penalty_s: float | None = None
     batch_size: int | None = None
     gpus: int | None = None
+    replicas_from_trace: bool = False
 
     @property
     def requested_gpus(self) -> int:

@@ -50,6 +50,9 @@ class RoundSnapshot:
     failure_overhead: (J, C) the share of job i's running time that failures and checkpoints cost in configuration
     j — checkpoint writes C/τ plus, per failure (rate ρ_ij: more GPUs and nodes fail more often), its restore and
     the half interval of work it loses — where the world models periodic checkpoints; None otherwise.
+    tie_config: (J,) the configuration a job without GPUs takes when its best options are equal in value (−1:
+    none), or None: the world's tie rule (``PhysicsOptions.first_type_tie``), honoured by the round programs
+    (``preferred_configs``) as they keep a job where it is on a tie.
     """
 
     time_s: float
@@ -85,6 +88,7 @@ class RoundSnapshot:
     policy_state: Any = None
     kept: IntArray | None = None
     failure_overhead: FloatArray | None = None
+    tie_config: IntArray | None = None
 
     @property
     def num_jobs(self) -> int:
@@ -146,3 +150,12 @@ def forced_configs(snap: RoundSnapshot, *others: IntArray | None) -> IntArray | 
         if f is not None:
             out = np.where(out >= 0, out, f)
     return out if np.any(out >= 0) else None
+
+
+def preferred_configs(snap: RoundSnapshot) -> IntArray:
+    """(J,) the configuration a round program keeps each job on when the values tie: its current one, else the
+    world's tie rule's (``tie_config``), else −1."""
+    current = np.asarray(snap.current, dtype=np.int64)
+    if snap.tie_config is None:
+        return current
+    return np.where(current >= 0, current, snap.tie_config).astype(np.int64)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from oak.model.snapshot import Allocation, RoundSnapshot, forced_configs
+from oak.model.snapshot import Allocation, RoundSnapshot, forced_configs, preferred_configs
 from oak.policies.base import PolicyBase
 from oak.scoring import RestartFactor, UtilityParams, utility_matrix, utility_params
 from oak.solve import AssignmentProblem, solve_assignment
@@ -47,7 +47,7 @@ class OakPolicy(PolicyBase):
             gpu_type=snap.config_type,
             capacity=snap.capacity,
             forced=forced_configs(snap),
-            prefer=np.asarray(snap.current, dtype=np.int64),
+            prefer=preferred_configs(snap),
         )
         res = solve_assignment(problem, self.solver)
         objective = mu * snap.num_jobs + res.objective

@@ -96,6 +96,12 @@ def _hybrid(**kw: Any) -> Policy:
     return HybridOakPolicy.with_params(**kw)
 
 
+def _gavel_throughput(**kw: Any) -> Policy:
+    from oak.policies.gavel_throughput import GavelThroughputPolicy
+
+    return GavelThroughputPolicy(**kw)
+
+
 def _gavel(**kw: Any) -> Policy:
     from oak.policies.gavel import GavelPolicy
 
@@ -203,6 +209,14 @@ _SPECS = (
         frozenset(),
         cost=3.0,
         color="#8c564b",
+    ),
+    PolicySpec(
+        "gavel-throughput",
+        "the Sia artifact's Gavel: maximum summed normalised throughput at rigid GPU counts, 360 s rounds",
+        "Gavel (sum throughput)",
+        _gavel_throughput,
+        frozenset({"solver"}),
+        color="#c49c94",
     ),
     PolicySpec(
         "drf",

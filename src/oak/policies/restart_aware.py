@@ -54,6 +54,7 @@ from oak.model.snapshot import (
     forced_configs,
     kept_current,
     kept_while_restoring,
+    preferred_configs,
 )
 from oak.policies.base import PolicyBase
 from oak.scoring.utility import age_key, restart_factor_decomposed
@@ -243,7 +244,7 @@ class RestartAwareOakPolicy(PolicyBase):
             gpu_type=snap.config_type,
             capacity=snap.capacity,
             forced=forced if np.any(forced >= 0) else None,
-            prefer=np.asarray(snap.current, dtype=np.int64),
+            prefer=preferred_configs(snap),
         )
         res = solve_assignment(problem, self.solver)
         info = {"solve_ms": res.wall_ms, "bound": res.bound, "gap": res.gap, "starving": float(starving.sum())}

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oak.errors import OakInputError
-from oak.model.snapshot import Allocation, FloatArray, RoundSnapshot, forced_configs, kept_while_restoring
+from oak.model.snapshot import (
+    Allocation,
+    FloatArray,
+    RoundSnapshot,
+    forced_configs,
+    kept_while_restoring,
+    preferred_configs,
+)
 from oak.policies.base import PolicyBase
 from oak.scoring.sia import SIA_DEFAULT_RESTART_COST_S, SIA_RESTART_COST_S, sia_restart_factor
 from oak.solve import AssignmentProblem, solve_assignment
@@ -61,7 +68,7 @@ class SiaPolicy(PolicyBase):
             gpu_type=snap.config_type,
             capacity=snap.capacity,
             forced=forced_configs(snap, kept_while_restoring(snap)),
-            prefer=np.asarray(snap.current, dtype=np.int64),
+            prefer=preferred_configs(snap),
         )
         res = solve_assignment(problem, self.solver)
         objective = lam * snap.num_jobs - res.objective if self.p < 0 else res.objective - lam * snap.num_jobs

@@ -164,4 +164,14 @@ def _sia_row(row: dict[str, str], where: str) -> JobSpec:
     name = _name(row, where)
     replicas = _int(row, "num_replicas", where)
     batch = _int(row, "batch_size", where, maximum=MAX_BATCH)
-    return JobSpec(name, row["application"], _float(row, "time", where), 1, replicas, None, batch, replicas)
+    return JobSpec(
+        name,
+        row["application"],
+        _float(row, "time", where),
+        1,
+        replicas,
+        None,
+        batch,
+        replicas,
+        replicas_from_trace=True,
+    )

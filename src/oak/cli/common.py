@@ -23,14 +23,25 @@ from rich.table import Table
 
 from oak.model.cluster import cluster_preset_help
 
+# help is plain text that wraps (click's formatter, rich_markup_mode=None): Rich's option tables cut long option
+# names short on an 80-column terminal ("--restores-preempti…")
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="OAK: restart- and age-aware GPU cluster scheduling."
+    add_completion=False,
+    no_args_is_help=True,
+    help="OAK: restart- and age-aware GPU cluster scheduling.",
+    rich_markup_mode=None,
 )
 workloads_app = typer.Typer(
-    no_args_is_help=True, help="List and show the embedded workloads; synthesise trace-derived ones."
+    no_args_is_help=True,
+    help="List and show the embedded workloads; synthesise trace-derived ones.",
+    rich_markup_mode=None,
 )
-catalog_app = typer.Typer(no_args_is_help=True, help="Build the application catalog from measured profiles.")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks (speed reported as ratios within one run).")
+catalog_app = typer.Typer(
+    no_args_is_help=True, help="Build the application catalog from measured profiles.", rich_markup_mode=None
+)
+bench_app = typer.Typer(
+    no_args_is_help=True, help="Benchmarks (speed reported as ratios within one run).", rich_markup_mode=None
+)
 app.add_typer(workloads_app, name="workloads")
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(bench_app, name="bench")
@@ -62,7 +73,8 @@ RulesOpt = Annotated[
     str,
     typer.Option(
         help="Simulator rules: 'default' or 'sia-artifact' (the Sia artifact's: 1-GPU bootstrap, 2x exploration "
-        "cap, restarts only on a change of per-node shape, fixed 60 s steps, restores not preemptible)."
+        "cap, restarts only on a change of per-node shape, fixed 60 s steps, restores not preemptible, "
+        "num_replicas a demand of rigid jobs only, a never-run job's first GPU type a tie)."
     ),
 ]
 SolverOpt = Annotated[

@@ -355,7 +355,9 @@ def catalog_build(
     console.print(f"wrote {target}: {len(catalog.apps)} applications")
 
 
-failures_app = typer.Typer(no_args_is_help=True, help="Hardware failure models and their published sources.")
+failures_app = typer.Typer(
+    no_args_is_help=True, help="Hardware failure models and their published sources.", rich_markup_mode=None
+)
 app.add_typer(failures_app, name="failures")
 
 
@@ -370,6 +372,24 @@ def failures_list() -> None:
     for name, m in PRESETS.items():
         table.add_row(name, m.describe().partition("(")[2].rstrip(")") or "—", m.source)
     console.print(table)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from oak import __version__
+
+        print(f"oak {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print OAK's version and exit."),
+    ] = False,
+) -> None:
+    """OAK: restart- and age-aware scheduling of deep-learning jobs on shared, failure-prone GPU clusters."""
 
 
 def main() -> None:

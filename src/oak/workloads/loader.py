@@ -105,7 +105,7 @@ def read_workload_csv(text: str, source: str, name: str, known_apps: Collection[
     return Workload(name=name, jobs=tuple(jobs), description=description, source=source)
 
 
-#: Documented ranges of the numeric workload fields (README, "Input formats"). Times beyond
+#: Documented ranges of the numeric workload fields (docs/cli.md, "Input formats"). Times beyond
 #: MAX_TIME_S (~31.7 years) are no schedule (the simulator's horizon is 3e6 s) and, near the float range, overflow
 #: the event arithmetic; GPU counts and batch sizes are bounded so that their products stay exact in int64.
 MAX_TIME_S = 1e9

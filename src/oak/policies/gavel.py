@@ -17,7 +17,7 @@ from scipy.optimize import linprog
 
 from oak.model.snapshot import Allocation, FloatArray, IntArray, RoundSnapshot
 from oak.policies.base import PolicyBase
-from oak.policies.rigid import rigid_config
+from oak.policies.rigid import rigid_configs
 
 NEW_JOB_PRIORITY = 1e9
 
@@ -139,12 +139,7 @@ class GavelPolicy(PolicyBase):
 
     def problem(self, snap: RoundSnapshot) -> tuple[FtfProblem, IntArray]:
         """The FTF problem of a round and each job's rigid configuration per GPU type (J, K; −1: none)."""
-        n_types = len(snap.capacity)
-        cfg = np.full((snap.num_jobs, n_types), -1, dtype=np.int64)
-        for j in range(snap.num_jobs):
-            for t in range(n_types):
-                cfg[j, t] = rigid_config(snap, j, t, int(snap.requested_gpus[j]))
-        rate = np.where(cfg >= 0, np.take_along_axis(snap.progress_rate, np.maximum(cfg, 0), axis=1), 0.0)
+        cfg, rate = rigid_configs(snap)
         gpus = np.where(cfg >= 0, snap.config_gpus[np.maximum(cfg, 0)], 0).max(axis=1)
         problem = FtfProblem(
             throughput=rate,

@@ -2,7 +2,7 @@
 
 The artifact's simulator runs Gavel as ``max_sum_throughput_perf`` (its ``simulator_config.py``), not finish-time
 fairness (our ``gavel``): every job at its demand (``num_replicas``, rounded down to one of Sia's
-configurations: ``rigid_config``), on the GPU type that maximises the cluster's summed throughput, each job's
+configurations: ``rigid_configs``), on the GPU type that maximises the cluster's summed throughput, each job's
 throughput normalised by its sum over the GPU types it can run on (as Gavel's throughput-sum policy scales each
 row of its throughput matrix). Each ``round_s`` (Gavel's 360 s) the program
 
@@ -28,7 +28,7 @@ import numpy as np
 from oak.errors import OakInputError
 from oak.model.snapshot import Allocation, IntArray, RoundSnapshot, forced_configs
 from oak.policies.base import PolicyBase
-from oak.policies.rigid import rigid_config
+from oak.policies.rigid import rigid_configs
 from oak.solve import AssignmentProblem, solve_assignment
 
 #: Gavel's round (s)
@@ -58,12 +58,7 @@ class GavelThroughputPolicy(PolicyBase):
     def values(self, snap: RoundSnapshot) -> np.ndarray:
         """(J, C) each job's normalised throughput τ_ij / Σ_k τ_ik at its rigid configuration of each type; −inf
         at every other configuration."""
-        n_types = len(snap.capacity)
-        cfg = np.full((snap.num_jobs, n_types), -1, dtype=np.int64)
-        for j in range(snap.num_jobs):
-            for t in range(n_types):
-                cfg[j, t] = rigid_config(snap, j, t, int(snap.requested_gpus[j]))
-        rate = np.where(cfg >= 0, np.take_along_axis(snap.progress_rate, np.maximum(cfg, 0), axis=1), 0.0)
+        cfg, rate = rigid_configs(snap)
         total = rate.sum(axis=1, keepdims=True)
         share = np.where(total > 0, rate / np.where(total > 0, total, 1.0), 0.0)
         values = np.full(snap.goodput.shape, -np.inf)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oak.model.snapshot import IntArray, RoundSnapshot
+from oak.model.snapshot import FloatArray, IntArray, RoundSnapshot
 
 
 def rigid_config(snap: RoundSnapshot, job: int, gpu_type: int, gpus: int) -> int:
@@ -18,6 +18,18 @@ def rigid_config(snap: RoundSnapshot, job: int, gpu_type: int, gpus: int) -> int
         return -1
     cand = np.flatnonzero(ok)
     return int(cand[np.argmax(snap.config_gpus[cand])])
+
+
+def rigid_configs(snap: RoundSnapshot) -> tuple[IntArray, FloatArray]:
+    """Each job's rigid configuration per GPU type at its demand (J, K; −1: none) and its progress rate there
+    (J, K; 0 where none): what the rigid policies (Gavel's two) choose among."""
+    n_types = len(snap.capacity)
+    cfg = np.full((snap.num_jobs, n_types), -1, dtype=np.int64)
+    for j in range(snap.num_jobs):
+        for t in range(n_types):
+            cfg[j, t] = rigid_config(snap, j, t, int(snap.requested_gpus[j]))
+    rate = np.where(cfg >= 0, np.take_along_axis(snap.progress_rate, np.maximum(cfg, 0), axis=1), 0.0)
+    return cfg, rate
 
 
 def fairness_order(snap: RoundSnapshot) -> IntArray:

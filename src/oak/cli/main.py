@@ -376,7 +376,7 @@ def failures_list() -> None:
 
 def _print_version(value: bool) -> None:
     if value:
-        from oak import __version__
+        from oak.version import __version__
 
         print(f"oak {__version__}")
         raise typer.Exit()

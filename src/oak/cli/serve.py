@@ -504,7 +504,7 @@ def explain(
             title=escape(f"round {r['k']} at t = {r['time_s']:,.0f} s · {r['code']}: {r['text']}"),
             title_justify="left",
         )
-        for col, just in (("option", "left"), ("GPUs", "right"), ("value", "right"), ("", "left")):
+        for col, just in (("option", "left"), ("devices", "right"), ("value", "right"), ("", "left")):
             t.add_column(col, justify=just)  # type: ignore[arg-type]
         best = (r.get("best") or {}).get("config")
         for o in r.get("options") or []:

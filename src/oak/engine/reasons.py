@@ -155,7 +155,7 @@ class RoundReasons:
     def options(self, i: int) -> tuple[Option, ...]:
         """Job i's best valid options (by value where the policy exposes values, else by GPUs, most first)."""
         snap, v = self.snap, self.alloc.values
-        cand = np.flatnonzero(snap.valid[i])
+        cand = np.flatnonzero(snap.valid[i] & (np.isfinite(v[i]) if v is not None else True))
         if len(cand) == 0:
             return ()
         key = -v[i, cand] if v is not None else -snap.config_gpus[cand].astype(np.float64)
@@ -200,10 +200,13 @@ class RoundReasons:
         name, n = snap.job_names[i], int(self.gpus[i])
         got = int(alloc.config[i]) if n > 0 else -1
         b = int(self.best[i])
+        bv = self._value(i, b)
         best = (
             None
             if b < 0
-            else Option(config_label(snap, b, self.type_names), int(snap.config_gpus[b]), self._value(i, b) or math.nan)
+            else Option(
+                config_label(snap, b, self.type_names), int(snap.config_gpus[b]), math.nan if bv is None else bv
+            )
         )
         label = alloc.value_label
         unit = self.unit

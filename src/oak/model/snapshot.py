@@ -107,8 +107,9 @@ class Allocation:
     it is the decision and ``config`` is ignored by the simulator. ``objective``: the optimiser's objective
     value; ``method``: which solver produced it; ``state``: handed back as the next round's
     ``RoundSnapshot.policy_state`` (e.g. a genetic algorithm's population, for warm starts). ``values``:
-    optionally (J, C) what each (job, configuration) was worth to the policy this round (higher is better; −inf
-    where not offered), in the units ``value_label`` names — the engine's reasons (``oak.engine.reasons``)
+    optionally (J, C) what each (job, configuration) was worth to the policy this round (higher is better;
+    only entries that are ``valid`` and finite were offered: −inf marks others a policy does not offer), in the
+    units ``value_label`` names — the engine's reasons (``oak.engine.reasons``)
     explain the decision with them.
     """
 

@@ -119,7 +119,8 @@ class GavelThroughputPolicy(PolicyBase):
             choice = np.where(forced >= 0, forced, choice)
         free = snap.capacity.astype(np.int64).copy()
         first = np.flatnonzero(forced >= 0).tolist() if forced is not None else []
-        order = first + [i for i in range(snap.num_jobs) if choice[i] >= 0 and i not in set(first)]
+        pinned = set(first)
+        order = first + [i for i in range(snap.num_jobs) if choice[i] >= 0 and i not in pinned]
         for i in order:
             t, g = int(snap.config_type[choice[i]]), int(snap.config_gpus[choice[i]])
             if g <= free[t]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from oak.model.snapshot import Allocation, RoundSnapshot, forced_configs, preferred_configs
 from oak.policies.base import PolicyBase
 from oak.scoring import RestartFactor, UtilityParams, utility_matrix, utility_params
@@ -41,7 +39,7 @@ class OakPolicy(PolicyBase):
         u = utility_matrix(snap, self.params)
         mu = self.params.mu_na
         problem = AssignmentProblem(
-            value=u - mu,
+            value=(value := u - mu),
             valid=snap.valid,
             gpus=snap.config_gpus,
             gpu_type=snap.config_type,
@@ -53,5 +51,4 @@ class OakPolicy(PolicyBase):
         objective = mu * snap.num_jobs + res.objective
         # bound: the solver's upper bound on the optimum, in this objective's units; gap: its certified relative gap
         info = {"solve_ms": res.wall_ms, "bound": mu * snap.num_jobs + res.bound, "gap": res.gap}
-        values = np.where(snap.valid, u - mu, -np.inf)
-        return Allocation(config=res.choice, objective=objective, method=res.method, info=info, values=values)
+        return Allocation(config=res.choice, objective=objective, method=res.method, info=info, values=value)

@@ -255,7 +255,7 @@ class RestartAwareOakPolicy(PolicyBase):
             method=res.method,
             info=info,
             state=state,
-            values=np.where(snap.valid, value, -np.inf),
+            values=value,
         )
 
     def notes(self, snap: RoundSnapshot, alloc: Allocation) -> Mapping[int, str]:

@@ -76,5 +76,5 @@ class SiaPolicy(PolicyBase):
         # objective then being minimised); gap: its certified relative gap
         bound = lam * snap.num_jobs - res.bound if self.p < 0 else res.bound - lam * snap.num_jobs
         info = {"solve_ms": res.wall_ms, "bound": bound, "gap": res.gap}
-        values = np.where(snap.valid, value, -np.inf)  # λ − A: what the program maximises
-        return Allocation(config=res.choice, objective=objective, method=res.method, info=info, values=values)
+        # values: λ − A, what the program maximises
+        return Allocation(config=res.choice, objective=objective, method=res.method, info=info, values=value)

@@ -141,11 +141,8 @@ def _timelines_svg(state: dict[str, Any], h: History, width: int = 900) -> str:
         parts.append(f'<line x1="{label_w}" x2="{width - pad}" y1="{top + 17}" y2="{top + 17}" class="grid"/>')
         seg_start: float | None = None
         seg_devs: list[int] = []
-        ends = [*(t for t, _ in h.rounds[1:]), t1]
-        for (t, alloc), t_next in zip(h.rounds, ends, strict=True):
-            devs = alloc.get(name)
-            if devs is None:
-                devs = []
+        for t, alloc in h.rounds:
+            devs = alloc.get(name) or []
             if devs != seg_devs:
                 if seg_devs and seg_start is not None:
                     parts.append(_bar(x(seg_start), x(t), top, len(seg_devs), most, seg_devs))
@@ -155,7 +152,6 @@ def _timelines_svg(state: dict[str, Any], h: History, width: int = 900) -> str:
                         f"<title>{_e(name)}: restarted at t = {t:,.0f} s</title></line>"
                     )
                 seg_start, seg_devs = t, devs
-            del t_next
         if seg_devs and seg_start is not None:
             parts.append(_bar(x(seg_start), x(t1), top, len(seg_devs), most, seg_devs))
         for f in h.failures:

@@ -329,12 +329,25 @@ def bench_sim(
     failure_rate: Annotated[float, typer.Option(help="λ.")] = 0.1,
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
     reference: Annotated[
-        str | None, typer.Option(help="Reference solver run: highs or none (default: highs up to 64 GPUs).")
+        str | None,
+        typer.Option(
+            help="Reference run: highs (HiGHS forced), cold (auto, every round solved without the previous "
+            "round's prices) or none (default: highs up to 64 GPUs, cold above)."
+        ),
     ] = None,
+    paired: Annotated[
+        bool,
+        typer.Option(
+            "--paired/--no-paired",
+            help="Also re-solve every round of the run cold, on the same snapshot, and count where the warm and "
+            "cold answers differ (and by how much objective).",
+        ),
+    ] = False,
     json_path: JsonOpt = None,
 ) -> None:
     """Simulated rounds per second and wall time with the default (auto) solver and, as the reference in the
-    same run, with HiGHS forced; set-up time and the process's peak memory."""
+    same run, with HiGHS forced or with every round solved cold (no warm start from the previous round's prices);
+    set-up time and the process's peak memory."""
     import resource
 
     from oak.io_util import write_json
@@ -346,20 +359,27 @@ def bench_sim(
     if failure_rate < 0 or failure_rate > 1:
         fail(f"--failure-rate {failure_rate}: expected a probability in [0, 1]")
     preset = cluster_preset(cluster)
-    ref = reference if reference is not None else ("highs" if preset.total_gpus <= 64 else "none")
-    if ref not in ("highs", "none"):
-        fail(f"--reference {ref!r}: expected highs or none")
+    ref = reference if reference is not None else ("highs" if preset.total_gpus <= 64 else "cold")
+    if ref not in ("highs", "cold", "none"):
+        fail(f"--reference {ref!r}: expected highs, cold or none")
     wl = load_workload(workload)
     t0 = time.perf_counter()
     sim = Simulator(wl, preset)
     setup_s = time.perf_counter() - t0
+    cold_sim = Simulator(wl, preset, warm_start=False) if ref == "cold" else None
+    runs: list[tuple[str, Any]] = [("auto", sim)]
+    if ref != "none":
+        runs.append(("highs", sim) if ref == "highs" else ("auto, cold", cold_sim))
     out = []
-    for solver in ("auto", "highs") if ref == "highs" else ("auto",):
-        res = sim.run(make_policy(policy, solver=solver), failure_rate, seed)
+    results = []
+    for label, runner in runs:
+        solver = "highs" if label == "highs" else "auto"
+        res = runner.run(make_policy(policy, solver=solver), failure_rate, seed)
+        results.append(res)
         decided = float(np.sum(res.decision_ms)) / 1e3
         out.append(
             {
-                "solver": solver,
+                "solver": label,
                 "rounds": len(res.decision_ms),
                 "wall_s": res.wall_s,
                 "rounds_per_s": len(res.decision_ms) / res.wall_s,
@@ -400,10 +420,27 @@ def bench_sim(
         )
     console.print(table)
     console.print(f"set-up {setup_s:.2f} s · peak memory {peak_mb:,.0f} MB (whole process)")
+    extra: dict[str, Any] = {}
     if len(out) == 2:
+        other = "HiGHS" if ref == "highs" else "cold"
+        same = [a.jct_s == b.jct_s for a, b in zip(results[0].jobs, results[1].jobs, strict=True)]
+        extra["identical_jobs"] = int(sum(same))
         console.print(
-            f"speed ratio auto/HiGHS: {out[0]['rounds_per_s'] / out[1]['rounds_per_s']:.1f}x "
-            f"(identical JCT: {out[0]['mean_jct_s'] == out[1]['mean_jct_s']})"
+            f"speed ratio auto/{other}: {out[1]['wall_s'] / out[0]['wall_s']:.2f}x in wall time, "
+            f"{out[0]['rounds_per_s'] / out[1]['rounds_per_s']:.2f}x in rounds/s; "
+            f"identical JCT: {sum(same)} of {len(same)} jobs "
+            f"(mean {out[0]['mean_jct_s']:,.1f} s vs {out[1]['mean_jct_s']:,.1f} s)"
+        )
+    if paired:
+        extra["paired"] = _paired_rounds(sim, make_policy(policy), failure_rate, seed)
+        p = extra["paired"]
+        console.print(
+            f"paired rounds (each round of the warm run re-solved cold on its snapshot): {p['rounds']} rounds, "
+            f"{p['warm_settled']} settled by the warm start alone; allocations differ in {p['differ']} "
+            f"({p['differ_both_exact']} where both answers are proved optimal: ties of equal value), "
+            f"objective warm − cold: min {p['objective_diff_min']:.4g}, max {p['objective_diff_max']:.4g}, "
+            f"largest relative shortfall {p['relative_shortfall_max']:.2e}; proved optimal: warm {p['warm_exact']}, "
+            f"cold {p['cold_exact']}"
         )
     if json_path is not None:
         write_json(
@@ -417,8 +454,52 @@ def bench_sim(
                 "setup_s": setup_s,
                 "peak_rss_mb": peak_mb,
                 "sim": out,
+                **extra,
             },
         )
+
+
+class _PairedPolicy:
+    """A policy that decides each round as ``inner`` does (warm-started from the snapshot's prices) and also
+    solves the same snapshot cold (``solver_prices=None``), recording how the two answers compare."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.rows: list[tuple[bool, float, float, bool, bool, bool]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def decide(self, snap: Any) -> Any:
+        warm = self.inner.decide(snap)
+        cold = self.inner.decide(dataclasses.replace(snap, solver_prices=None))
+        differ = not np.array_equal(warm.config, cold.config)
+        self.rows.append((
+            differ, float(warm.objective - cold.objective), float(abs(cold.objective)),
+            warm.method != "lagrangian", cold.method != "lagrangian", bool(warm.info.get("warm", 0.0)),
+        ))  # fmt: skip
+        return warm
+
+
+def _paired_rounds(sim: Any, policy: Any, failure_rate: float, seed: int) -> dict[str, Any]:
+    """Run once more, re-solving every round cold beside the warm answer (``_PairedPolicy``): counts of rounds
+    where the allocations differ, the objective differences, and how often each answer is proved optimal."""
+    paired = _PairedPolicy(policy)
+    sim.run(paired, failure_rate, seed)
+    rows = paired.rows
+    diffs = np.array([r[1] for r in rows]) if rows else np.zeros(1)
+    scale = np.array([max(r[2], 1e-12) for r in rows]) if rows else np.ones(1)
+    return {
+        "rounds": len(rows),
+        "differ": sum(r[0] for r in rows),
+        "differ_both_exact": sum(r[0] and r[3] and r[4] for r in rows),
+        "objective_diff_min": float(diffs.min()),
+        "objective_diff_max": float(diffs.max()),
+        "relative_shortfall_max": float(np.max(np.maximum(-diffs, 0.0) / scale)),
+        "warm_exact": sum(r[3] for r in rows),
+        "cold_exact": sum(r[4] for r in rows),
+        "warm_settled": sum(r[5] for r in rows),
+    }
 
 
 def _record_rounds(policy: Any, workload: str, cluster: str, rounds: int) -> list[tuple[Any, Any, Any, Any]]:

@@ -67,6 +67,8 @@ class JobsState:
     ckpt_tprog: np.ndarray
     gpus: list[GpuSet]
     policy_state: object = None
+    #: (T,) the previous round's per-GPU-type prices (``Allocation.prices``): the next round's warm start
+    solver_prices: np.ndarray | None = None
     #: the most GPUs each job has run on (the exploration cap's reference); 0: never ran
     max_run_gpus: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     #: failed jobs that keep their GPUs without progress until their allocation changes (failure_mode "ghost")

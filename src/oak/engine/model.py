@@ -5,6 +5,7 @@ backend use the same object (no I/O, no clock, no processes)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -181,10 +182,12 @@ class ClusterModel:
             )
             node_goodput[:, self.shape_type, self.shape_nodes, self.shape_replicas] = shape_goodput
         held = np.zeros((len(active), len(self.cluster.nodes)), dtype=np.int64)
-        owners = [pos for pos, i in enumerate(active) for _ in st.gpus[i]]
-        if owners:  # one scatter for all jobs' GPUs: GPUs held per (job, node)
-            gpu_ids = [g for i in active for g in st.gpus[i]]
-            np.add.at(held, (np.array(owners), self.gpu_node[gpu_ids]), 1)
+        holding = [st.gpus[i] for i in active.tolist()]
+        counts = np.fromiter(map(len, holding), dtype=np.int64, count=len(holding))
+        if counts.any():  # one scatter for all jobs' GPUs: GPUs held per (job, node)
+            owners = np.repeat(np.arange(len(holding)), counts)
+            gpu_ids = np.fromiter(itertools.chain.from_iterable(holding), dtype=np.int64, count=int(counts.sum()))
+            np.add.at(held, (owners, self.gpu_node[gpu_ids]), 1)
         capacity, node_gpus = self.capacity, self.node_gpus
         if st.node_down.any():  # nodes under repair hold no GPUs this round
             node_gpus = frozen_array(np.where(st.node_down, 0, self.node_gpus), np.int64)
@@ -223,6 +226,7 @@ class ClusterModel:
             current_replicas=frozen_array(held, np.int64),
             node_goodput=None if node_goodput is None else frozen_array(node_goodput, np.float64),
             policy_state=st.policy_state,
+            solver_prices=st.solver_prices,
             failure_overhead=None
             if st.failure_overhead is None
             else frozen_array(np.where(valid, st.failure_overhead[active], 0.0), np.float64),

@@ -70,6 +70,19 @@ class Cluster:
         return bisect.bisect_right(self.first_gpu, gpu) - 1
 
     @cached_property
+    def gpu_nodes(self) -> tuple[int, ...]:
+        """The node index of every global GPU id (a lookup table)."""
+        return tuple(k for k, n in enumerate(self.nodes) for _ in range(n.gpus))
+
+    @cached_property
+    def nodes_of_type(self) -> dict[str, tuple[Node, ...]]:
+        """The nodes of each GPU type, in node order."""
+        out: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            out.setdefault(n.gpu_type, []).append(n)
+        return {t: tuple(ns) for t, ns in out.items()}
+
+    @cached_property
     def _total_gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)
 

@@ -53,6 +53,8 @@ class RoundSnapshot:
     tie_config: (J,) the configuration a job without GPUs takes when its best options are equal in value (−1:
     none), or None: the world's tie rule (``PhysicsOptions.first_type_tie``), honoured by the round programs
     (``preferred_configs``) as they keep a job where it is on a tie.
+    solver_prices: (T,) the per-GPU-type prices of the previous round's program (``Allocation.prices``), None at
+    first: a policy hands them to ``AssignmentProblem.warm_prices`` to start the price search near the answer.
     """
 
     time_s: float
@@ -89,6 +91,7 @@ class RoundSnapshot:
     kept: IntArray | None = None
     failure_overhead: FloatArray | None = None
     tie_config: IntArray | None = None
+    solver_prices: FloatArray | None = None
 
     @property
     def num_jobs(self) -> int:
@@ -110,7 +113,8 @@ class Allocation:
     optionally (J, C) what each (job, configuration) was worth to the policy this round (higher is better;
     only entries that are ``valid`` and finite were offered: −inf marks others a policy does not offer), in the
     units ``value_label`` names — the engine's reasons (``oak.engine.reasons``)
-    explain the decision with them.
+    explain the decision with them. ``prices``: optionally (T,) the per-GPU-type prices of the round's program
+    (``AssignmentResult.prices``), handed to the next round as ``RoundSnapshot.solver_prices`` (a warm start).
     """
 
     config: IntArray
@@ -121,6 +125,7 @@ class Allocation:
     state: Any = None
     values: FloatArray | None = None
     value_label: str = "value"
+    prices: FloatArray | None = None
 
     def gpus_per_type(self, snap: RoundSnapshot) -> IntArray:
         """GPUs used per GPU type."""

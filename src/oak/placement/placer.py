@@ -60,22 +60,28 @@ def _try_place(
     health: Sequence[int] | None = None,
     risk: Sequence[float] | None = None,
 ) -> list[GpuSet] | None:
-    free: list[list[int]] = [
-        [] if node.node_id in down else list(range(first, first + node.gpus))
-        for first, node in zip(cluster.first_gpu, cluster.nodes, strict=True)
-    ]
     out: list[GpuSet] = [() for _ in configs]
+    taken: set[int] = set()
+    n_kept = 0
     for i, keep in enumerate(kept):
         if keep:
-            for g in previous[i]:
-                free[cluster.node_of_gpu(g)].remove(g)
+            taken.update(previous[i])
+            n_kept += len(previous[i])
             out[i] = previous[i]
+    gpu_nodes = cluster.gpu_nodes
+    if len(taken) != n_kept or any(gpu_nodes[g] in down for g in taken):
+        raise ValueError("kept placements overlap or lie on a node out of service")
+    free: list[list[int]] = [
+        [] if node.node_id in down else [g for g in range(first, first + node.gpus) if g not in taken]
+        for first, node in zip(cluster.first_gpu, cluster.nodes, strict=True)
+    ]
     todo = [i for i, c in enumerate(configs) if c is not None and not kept[i]]
     at_risk = risk if risk is not None and health is not None else [0.0] * len(configs)
     todo.sort(key=lambda i: (-_cfg(configs, i).nodes, -_cfg(configs, i).gpus, -at_risk[i], i))
+    by_type = cluster.nodes_of_type
     for i in todo:
         cfg = _cfg(configs, i)
-        nodes = [n for n in cluster.nodes if n.gpu_type == cfg.gpu_type]
+        nodes = by_type.get(cfg.gpu_type, ())
         if cfg.nodes > 1:
             per_node = cfg.gpus // cfg.nodes
             whole = [

@@ -88,6 +88,7 @@ class GavelThroughputPolicy(PolicyBase):
             capacity=snap.capacity,
             forced=forced,
             prefer=np.asarray(snap.current, dtype=np.int64),
+            warm_prices=snap.solver_prices,
         )
         res = solve_assignment(problem, self.solver)
         boundary = (math.floor(snap.time_s / self.round_s + 1e-9) + 1) * self.round_s
@@ -95,7 +96,7 @@ class GavelThroughputPolicy(PolicyBase):
             boundary,
             MappingProxyType({n: int(c) for n, c in zip(snap.job_names, res.choice.tolist(), strict=True) if c >= 0}),
         )
-        info = {"solve_ms": res.wall_ms, "bound": res.bound, "gap": res.gap}
+        info = {"solve_ms": res.wall_ms, "bound": res.bound, "gap": res.gap, "warm": float(res.warm)}
         return Allocation(
             config=res.choice,
             objective=res.objective,
@@ -104,6 +105,7 @@ class GavelThroughputPolicy(PolicyBase):
             state=state,
             values=values,
             value_label="throughput share",
+            prices=res.prices,
         )
 
     @staticmethod

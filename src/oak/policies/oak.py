@@ -46,9 +46,17 @@ class OakPolicy(PolicyBase):
             capacity=snap.capacity,
             forced=forced_configs(snap),
             prefer=preferred_configs(snap),
+            warm_prices=snap.solver_prices,
         )
         res = solve_assignment(problem, self.solver)
         objective = mu * snap.num_jobs + res.objective
         # bound: the solver's upper bound on the optimum, in this objective's units; gap: its certified relative gap
-        info = {"solve_ms": res.wall_ms, "bound": mu * snap.num_jobs + res.bound, "gap": res.gap}
-        return Allocation(config=res.choice, objective=objective, method=res.method, info=info, values=value)
+        info = {
+            "solve_ms": res.wall_ms,
+            "bound": mu * snap.num_jobs + res.bound,
+            "gap": res.gap,
+            "warm": float(res.warm),
+        }
+        return Allocation(
+            config=res.choice, objective=objective, method=res.method, info=info, values=value, prices=res.prices
+        )

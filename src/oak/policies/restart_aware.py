@@ -245,9 +245,16 @@ class RestartAwareOakPolicy(PolicyBase):
             capacity=snap.capacity,
             forced=forced if np.any(forced >= 0) else None,
             prefer=preferred_configs(snap),
+            warm_prices=snap.solver_prices,
         )
         res = solve_assignment(problem, self.solver)
-        info = {"solve_ms": res.wall_ms, "bound": res.bound, "gap": res.gap, "starving": float(starving.sum())}
+        info = {
+            "solve_ms": res.wall_ms,
+            "bound": res.bound,
+            "gap": res.gap,
+            "starving": float(starving.sum()),
+            "warm": float(res.warm),
+        }
         state = self._next_ledger(snap, ledger, res.choice, starving) if self.guards_waiting else None
         return Allocation(
             config=res.choice,
@@ -256,6 +263,7 @@ class RestartAwareOakPolicy(PolicyBase):
             info=info,
             state=state,
             values=value,
+            prices=res.prices,
         )
 
     def notes(self, snap: RoundSnapshot, alloc: Allocation) -> Mapping[int, str]:

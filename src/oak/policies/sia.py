@@ -69,12 +69,15 @@ class SiaPolicy(PolicyBase):
             capacity=snap.capacity,
             forced=forced_configs(snap, kept_while_restoring(snap)),
             prefer=preferred_configs(snap),
+            warm_prices=snap.solver_prices,
         )
         res = solve_assignment(problem, self.solver)
         objective = lam * snap.num_jobs - res.objective if self.p < 0 else res.objective - lam * snap.num_jobs
         # bound: the solver's bound on the optimum in this objective's units (a lower bound when p < 0, the
         # objective then being minimised); gap: its certified relative gap
         bound = lam * snap.num_jobs - res.bound if self.p < 0 else res.bound - lam * snap.num_jobs
-        info = {"solve_ms": res.wall_ms, "bound": bound, "gap": res.gap}
+        info = {"solve_ms": res.wall_ms, "bound": bound, "gap": res.gap, "warm": float(res.warm)}
         # values: λ − A, what the program maximises
-        return Allocation(config=res.choice, objective=objective, method=res.method, info=info, values=value)
+        return Allocation(
+            config=res.choice, objective=objective, method=res.method, info=info, values=value, prices=res.prices
+        )

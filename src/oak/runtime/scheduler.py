@@ -276,6 +276,7 @@ class RuntimeScheduler:
         self.st = JobsState.initial(np.array([j.submit_s for j in self.jobs], dtype=np.float64))
         if previous is not None:
             self.st.policy_state = previous.policy_state  # keyed by job name (reindexed by the policy)
+            self.st.solver_prices = previous.solver_prices  # per GPU type: the same cluster
         self.learned.built(self.jobs, recs)
 
     # ------------------------------------------------------------------ paths
@@ -1023,6 +1024,7 @@ class RuntimeScheduler:
         ms = plan.decision_ms
         self.decision_ms.append(ms)
         st.policy_state = plan.allocation.state
+        st.solver_prices = plan.allocation.prices
         try:
             kinds = {t: self.opts.device_kind for t in plan.snapshot.gpu_types}  # the profile type scores them
             reasons: RoundReasons | None = round_reasons(

@@ -63,8 +63,10 @@ class Simulator:
         believed: Mapping[str, AppProfile] | None = None,
         restore_s: Mapping[str, float] | None = None,
         learn: Collection[str] = (),
+        warm_start: bool = True,
     ) -> None:
-        """``idle_fast_forward``: skip the provably unchanged rounds of idle stretches (module docstring); False
+        """``warm_start``: hand each round's solver prices to the next round (``RoundSnapshot.solver_prices``);
+        False solves every round cold (the reference of ``oak bench sim``). ``idle_fast_forward``: skip the provably unchanged rounds of idle stretches (module docstring); False
         steps and decides round by round (same results, for tests). ``believed``: job name → the application
         whose goodput the policy sees for that job, instead of its true one (:class:`RunBeliefs`; under
         known goodput only); ``learn``: jobs whose goodput the policy learns online as the run goes, under the
@@ -78,6 +80,7 @@ class Simulator:
                 raise OakInputError(f"restore delay of job {name!r}: {value!r}: expected a job of the workload, >= 0 s")
             self.model.restore_delay[index[name]] = float(value)
         self.idle_fast_forward = idle_fast_forward
+        self.warm_start = warm_start
         self.believed = dict(believed or {})
         unknown = sorted(set(self.believed) - {j.name for j in workload.jobs})
         if unknown:
@@ -518,6 +521,7 @@ class Simulator:
         plan = step(self.model, st, t, active, policy)
         decision_ms.append(plan.decision_ms)
         st.policy_state = plan.allocation.state
+        st.solver_prices = plan.allocation.prices if self.warm_start else None
         if on_round is not None:
             on_round(plan.snapshot, plan.allocation, plan.placed)
         if on_reasons is not None:

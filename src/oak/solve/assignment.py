@@ -26,10 +26,21 @@ fewer than 2^TIE_BITS jobs). The exact DPs (``dp`` and the core DP that makes ``
 the price method treat differences below their 1e-9 tolerances as ties and break them their own way, as
 deterministically, their inputs being the same on every CPU. Nothing downstream reads a CPU-dependent kernel: no BLAS products and only stable
 sorts (tests/test_portable.py).
+
+**Warm starts.** Consecutive rounds differ little (a job failed, one arrived), and the per-type prices that
+settle one round are near those of the next. Where the whole round's programme is beyond the DP (``dp_states``
+of the cluster's capacities above ``DP_MAX_STATES``; below it every round is solved cold, as before), ``auto``
+starts the price search from ``warm_prices`` (the previous round's ``AssignmentResult.prices``, carried by the
+engine as ``RoundSnapshot.solver_prices``), skips the LP polish, and keeps the answer only when its own bound or
+the core DP proves it optimal; otherwise the round is solved cold, exactly as without a warm start. So a round the
+cold procedure proves optimal is proved optimal warm too (the same grid objective; tests/test_warm_start.py), and
+answers within a gap are the cold ones. Optimal allocations can still differ where several are worth exactly the
+same; twins (bit-identical rows) are dealt their options one way (:func:`canonical_twins`) on both paths.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -109,7 +120,10 @@ def dot(a: FloatArray | IntArray, b: FloatArray | IntArray) -> FloatArray:
 @dataclass(frozen=True, eq=False)
 class AssignmentProblem:
     """value/valid: (J, C); gpus/gpu_type: (C,); capacity: (T,) GPUs; forced: (J,) config or −1; prefer: (J,) the
-    configuration each job holds now or −1, kept when the grid cannot tell it from another (module doc)."""
+    configuration each job holds now or −1, kept when the grid cannot tell it from another (module doc);
+    warm_prices: (T,) per-GPU-type prices to start the price search from (the previous round's
+    ``AssignmentResult.prices``), used where ``auto`` takes the Lagrangian path with a certified gap (module doc,
+    "Warm starts")."""
 
     value: FloatArray
     valid: BoolArray
@@ -118,6 +132,7 @@ class AssignmentProblem:
     capacity: IntArray
     forced: IntArray | None = None
     prefer: IntArray | None = None
+    warm_prices: FloatArray | None = None
 
     @property
     def num_jobs(self) -> int:
@@ -128,13 +143,17 @@ class AssignmentProblem:
 class AssignmentResult:
     """choice: (J,) configuration per job or −1; objective: Σ chosen values (value units); method: the method that
     ran (``auto`` resolved); wall_ms: solver wall time (ms); bound: an upper bound on the optimum (value units),
-    equal to ``objective`` for the exact methods."""
+    equal to ``objective`` for the exact methods; prices: (T,) the final per-GPU-type prices when a Lagrangian path
+    ran (value per GPU; a warm start for the next round's problem), else None; warm: whether the search from
+    ``AssignmentProblem.warm_prices`` alone settled the round (no LP polish needed)."""
 
     choice: IntArray
     objective: float
     method: str
     wall_ms: float
     bound: float = float("nan")
+    prices: FloatArray | None = None
+    warm: bool = False
 
     def __post_init__(self) -> None:
         if self.bound != self.bound:  # NaN: not given, the method is exact
@@ -144,6 +163,14 @@ class AssignmentResult:
     def gap(self) -> float:
         """Certified relative optimality gap (bound − objective) / max(|bound|, 1e-12); 0 for exact methods."""
         return (self.bound - self.objective) / max(abs(self.bound), 1e-12)
+
+
+def dp_states(capacity: IntArray) -> float:
+    """The exact DP's state space for these capacities: the product of (capacity + 1) over GPU types."""
+    states = 1.0
+    for c in np.asarray(capacity).tolist():
+        states *= c + 1.0
+    return states
 
 
 def auto_method(problem: AssignmentProblem) -> str:
@@ -156,9 +183,7 @@ def auto_method(problem: AssignmentProblem) -> str:
     * ``lagrangian`` above: a certified gap, made exact by the core DP when that is cheap.
 
     Configurations of 0 GPUs (prices cannot act on them) send the last two cases to the exact DP or HiGHS."""
-    states = 1.0
-    for c in problem.capacity.tolist():
-        states *= c + 1.0
+    states = dp_states(problem.capacity)
     if states > DP_MAX_STATES:
         return "highs" if np.any(problem.gpus < 1) else "lagrangian"  # prices need GPUs to act on
     from oak.solve.dp import TREE_MAX_WORK
@@ -169,28 +194,66 @@ def auto_method(problem: AssignmentProblem) -> str:
     return "dp" if np.any(problem.gpus < 1) else CORE_METHOD
 
 
-def _solve_lagrangian_auto(problem: AssignmentProblem, exact: bool) -> tuple[IntArray, float | None, str]:
+def _solve_lagrangian_auto(
+    problem: AssignmentProblem, exact: bool, warm: FloatArray | None = None
+) -> tuple[IntArray, float | None, str, FloatArray, bool]:
     """Lagrangian allocation, then the core DP: with ``exact`` it must succeed (else the sequential DP runs, when
     its work is below ``DP_MAX_WORK``); otherwise it is tried on a small budget and skipped if it would not fit.
-    Returns (choice, bound or None when proved optimal, method label)."""
-    from oak.solve.core import solve_core
-    from oak.solve.lagrangian import solve_lagrangian
+    Returns (choice, bound or None when proved optimal, method label, final prices, whether the warm start alone
+    settled it).
 
-    res = solve_lagrangian(problem)
-    if res.gap <= 0.0:
-        return res.choice, None, CORE_METHOD
-    if exact:
-        core = solve_core(problem, res.prices, res.bound, res.choice)
-    else:
-        core = solve_core(problem, res.prices, res.bound, res.choice, max_states=2_000, max_jobs=48)
+    With ``warm`` prices the price search starts there and skips the LP polish; the result stands when its
+    bound, or the core DP, proves it optimal. Otherwise the cold procedure runs as if there were no warm start
+    (so a round the cold procedure proves optimal is proved optimal warm too, and one it cannot prove gets the
+    cold answer)."""
+    from oak.solve.core import solve_core
+    from oak.solve.lagrangian import build_hulls, solve_lagrangian
+
+    hulls = build_hulls(problem)
+    budget = {} if exact else {"max_states": 2_000, "max_jobs": 48}
+    if warm is not None and len(warm) == len(problem.capacity) > 1 and bool(np.isfinite(warm).all()):
+        first = solve_lagrangian(problem, start=warm, polish=False, hulls=hulls)
+        if first.gap <= 0.0:
+            return first.choice, None, CORE_METHOD, first.prices, True
+        core = solve_core(problem, first.prices, first.bound, first.choice, **budget)
+        if core is not None:
+            return core, None, CORE_METHOD, first.prices, True
+    res = solve_lagrangian(problem, hulls=hulls)
+    choice, bound, prices, objective = res.choice, res.bound, res.prices, res.objective
+    if bound - objective <= 0.0:
+        return choice, None, CORE_METHOD, prices, False
+    core = solve_core(problem, prices, bound, choice, **budget)
     if core is not None:
-        return core, None, CORE_METHOD
+        return core, None, CORE_METHOD, prices, False
     states = float(np.prod(problem.capacity.astype(np.float64) + 1.0))
     if exact and states * problem.num_jobs * max(problem.value.shape[1], 1) <= DP_MAX_WORK:
         from oak.solve.dp import solve_dp_sequential
 
-        return solve_dp_sequential(problem), None, "dp"
-    return res.choice, res.bound, "lagrangian"
+        return solve_dp_sequential(problem), None, "dp", prices, False
+    return choice, bound, "lagrangian", prices, False
+
+
+def canonical_twins(problem: AssignmentProblem, choice: IntArray) -> IntArray:
+    """``choice`` with the options of jobs whose rows are bit-identical (values, validity, so the same GPUs on the
+    grid) dealt out in a fixed order: the most valuable to the lowest job index (then the lower configuration
+    index). Allocations that differ only by how twins share their options are worth exactly the same; this picks
+    one of them whatever path the solver took (a warm and a cold start reach the same optimum)."""
+    n_jobs, n_cfg = problem.value.shape
+    if n_jobs < 2 or n_cfg == 0:
+        return choice
+    key = np.ascontiguousarray(np.where(problem.valid, problem.value, np.nan))
+    rows = key.view(np.dtype((np.void, key.dtype.itemsize * n_cfg))).ravel()
+    _, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
+    if not np.any(counts > 1):
+        return choice
+    out = choice.copy()
+    inverse = inverse.ravel()
+    for g in np.flatnonzero(counts > 1).tolist():
+        members = np.flatnonzero(inverse == g)
+        chosen = out[members]
+        worth = np.where(chosen >= 0, problem.value[members[0], np.maximum(chosen, 0)], 0.0)
+        out[members] = chosen[np.lexsort((chosen, -worth))]
+    return out
 
 
 def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> AssignmentResult:
@@ -216,8 +279,16 @@ def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> Assign
     if method == "auto":
         method = auto_method(reduced)
     bound: float | None = None
+    prices: FloatArray | None = None
+    warm = False
     if method == CORE_METHOD or (method == "lagrangian" and auto):
-        choice, bound, method = _solve_lagrangian_auto(reduced, exact=method == CORE_METHOD)
+        # warm starts where the whole round's programme is beyond the DP (the cluster's size decides, not the
+        # GPUs restoring jobs hold this round); there twins share their options one way whatever the start
+        large = auto and dp_states(given.capacity) > DP_MAX_STATES
+        warm_from = given.warm_prices if large else None
+        choice, bound, method, prices, warm = _solve_lagrangian_auto(reduced, method == CORE_METHOD, warm_from)
+        if large:
+            choice = canonical_twins(reduced, choice)
     elif method == "dp":
         from oak.solve.dp import solve_dp
 
@@ -232,6 +303,7 @@ def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> Assign
         res = solve_lagrangian(reduced)
         choice = res.choice
         bound = res.bound
+        prices = res.prices
     else:
         from oak.solve.cvxpy_backend import solve_cvxpy
 
@@ -250,7 +322,15 @@ def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> Assign
             bound = free_value  # rounding in the last digits only: objective ≤ optimum ≤ bound holds exactly
     total_bound = objective if bound is None else base_value + bound
     wall_ms = (time.perf_counter() - start) * 1e3
-    return AssignmentResult(choice=choice, objective=objective, method=method, wall_ms=wall_ms, bound=total_bound)
+    return AssignmentResult(
+        choice=choice,
+        objective=objective,
+        method=method,
+        wall_ms=wall_ms,
+        bound=total_bound,
+        prices=prices,
+        warm=warm,
+    )
 
 
 def snapped(problem: AssignmentProblem) -> AssignmentProblem:
@@ -258,9 +338,7 @@ def snapped(problem: AssignmentProblem) -> AssignmentProblem:
     value = snap_values(problem.value, problem.valid, problem.prefer)
     if value is problem.value:
         return problem
-    return AssignmentProblem(
-        value, problem.valid, problem.gpus, problem.gpu_type, problem.capacity, problem.forced, problem.prefer
-    )
+    return dataclasses.replace(problem, value=value)
 
 
 def _grid_slack(given: FloatArray, on_grid: FloatArray, valid: BoolArray) -> float:
@@ -295,7 +373,9 @@ def _apply_forced(problem: AssignmentProblem) -> tuple[AssignmentProblem, IntArr
     valid[rows, :] = False
     base_choice[rows] = cols
     base_value = float(problem.value[rows, cols].sum())
-    reduced = AssignmentProblem(problem.value, valid, problem.gpus, problem.gpu_type, capacity, None)
+    reduced = AssignmentProblem(
+        problem.value, valid, problem.gpus, problem.gpu_type, capacity, None, warm_prices=problem.warm_prices
+    )
     return reduced, base_choice, base_value
 
 

@@ -51,6 +51,10 @@ MAX_PASSES = 60
 #: Jobs in the first core of ``lp_polish`` (the ones closest to a tie between two options at the first prices).
 CORE_JOBS = 64
 
+#: ``build_hulls`` runs the compiled monotone chain (``oak.solve.hull_kernel``) above this many points (GPU counts ×
+#: types × jobs); below, the NumPy loop costs less than loading numba.
+KERNEL_MIN_POINTS = 2_000
+
 #: Rounds of the local search, at most (each costs one vectorised scan of the core's options and applies a batch of
 #: single moves or one pair).
 MAX_MOVES = 400
@@ -145,12 +149,14 @@ def _grouped_points(problem: AssignmentProblem) -> tuple[FloatArray, FloatArray,
     return pv, np.maximum.accumulate(pw, axis=0), pc
 
 
-def build_hulls(problem: AssignmentProblem) -> Hulls:
+def build_hulls(problem: AssignmentProblem, engine: str = "auto") -> Hulls:
     """The rising part of the upper concave hull of each job's (GPUs, value) points per GPU type, origin included.
 
     Points not above every point to their left are dropped first; the rest go through Andrew's monotone chain,
     vectorised across all (type, job) rows: each point in turn pops from its row's stack the points that are not
-    strictly above the chord from the point beneath them to it, then is pushed."""
+    strictly above the chord from the point beneath them to it, then is pushed. ``engine``: ``numpy`` (the
+    vectorised loop), ``numba`` (the same chain compiled, :mod:`oak.solve.hull_kernel`; the same hulls bit for
+    bit) or ``auto``: numba when the rows hold more than ``KERNEL_MIN_POINTS`` points."""
     n_jobs = problem.num_jobs
     n_types = len(problem.capacity)
     pv, pw, pc = _grouped_points(problem)
@@ -160,6 +166,34 @@ def build_hulls(problem: AssignmentProblem) -> Hulls:
     row_type = np.repeat(np.arange(n_types), n_jobs)  # row r = t·J + i
     rising = np.zeros(v_all.shape, dtype=bool)
     rising[1:] = v_all[1:] > np.maximum.accumulate(v_all, axis=0)[:-1]
+    if engine == "numba" or (engine == "auto" and k_max * n_rows > KERNEL_MIN_POINTS):
+        from oak.solve.hull_kernel import hull_stacks
+
+        stack, top = hull_stacks(v_all, np.ascontiguousarray(pw), row_type, rising)
+    else:
+        stack, top = _hull_stacks_numpy(v_all, pw, row_type, rising)
+    h = int(top.max(initial=0)) + 1
+    cols = np.arange(n_rows)
+    pick = np.where(np.arange(h)[:, None] <= top[None, :], stack[:h], stack[top, cols][None, :])
+    hv = v_all[pick, cols[None, :]]
+    hw = pw[pick, row_type[None, :]]
+    hc = pc[pick, row_type[None, :]] if pc.ndim == 2 else pc.reshape(k_max, n_rows)[pick, cols[None, :]]
+
+    def per_type(a: np.ndarray) -> np.ndarray:
+        return a.reshape(h, n_types, n_jobs).transpose(1, 0, 2).copy()
+
+    hv, hw, hc = per_type(hv), per_type(hw), per_type(hc)
+    dw = np.diff(hw, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.where(dw > 0, np.diff(hv, axis=1) / np.where(dw > 0, dw, 1.0), -np.inf)
+    return Hulls(gpus=hw, value=hv, config=hc, dw=dw, slope=slope)
+
+
+def _hull_stacks_numpy(
+    v_all: FloatArray, pw: FloatArray, row_type: IntArray, rising: BoolArray
+) -> tuple[IntArray, IntArray]:
+    """The monotone chain vectorised across rows: (stack (K, R) of point indices, top (R,))."""
+    k_max, n_rows = v_all.shape
     stack = np.zeros((k_max, n_rows), dtype=np.int64)  # stack[0] = 0: the origin
     top = np.zeros(n_rows, dtype=np.int64)  # index of each row's top of stack
     # Coordinates of the two topmost stack points (1: top, 0: beneath it; NaN where there is none).
@@ -195,21 +229,7 @@ def build_hulls(problem: AssignmentProblem) -> Hulls:
             w0 = np.where(live, w1, w0)
             v1 = np.where(live, vk, v1)
             w1 = np.where(live, wk, w1)
-    h = int(top.max(initial=0)) + 1
-    cols = np.arange(n_rows)
-    pick = np.where(np.arange(h)[:, None] <= top[None, :], stack[:h], stack[top, cols][None, :])
-    hv = v_all[pick, cols[None, :]]
-    hw = pw[pick, row_type[None, :]]
-    hc = pc[pick, row_type[None, :]] if pc.ndim == 2 else pc.reshape(k_max, n_rows)[pick, cols[None, :]]
-
-    def per_type(a: np.ndarray) -> np.ndarray:
-        return a.reshape(h, n_types, n_jobs).transpose(1, 0, 2).copy()
-
-    hv, hw, hc = per_type(hv), per_type(hw), per_type(hc)
-    dw = np.diff(hw, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        slope = np.where(dw > 0, np.diff(hv, axis=1) / np.where(dw > 0, dw, 1.0), -np.inf)
-    return Hulls(gpus=hw, value=hv, config=hc, dw=dw, slope=slope)
+    return stack, top
 
 
 def _cut(theta: FloatArray, weight: FloatArray, capacity: float, guess: float | None) -> float:
@@ -275,16 +295,18 @@ def minimise_dual(
     prices: FloatArray | None = None,
     max_passes: int = MAX_PASSES,
     rel_tol: float = 1e-9,
+    warm: bool = False,
 ) -> tuple[FloatArray, int]:
     """Prices λ ≥ 0 lowering L by coordinate descent with exact line searches, until a pass gains less than
     ``rel_tol`` relatively; returns (λ, passes run). Coordinate descent can stall at a kink where jobs are torn
-    between types; ``lp_polish`` finishes from there."""
+    between types; ``lp_polish`` finishes from there. ``warm``: ``prices`` are near the answer (the previous
+    round's), so each line search first sorts only the thresholds near them."""
     n_types = hulls.value.shape[0]
     lam = np.zeros(n_types) if prices is None else np.asarray(prices, dtype=np.float64).copy()
     best = _best_per_type(hulls, lam)
     value = float(dot(lam, capacity) + best.max(axis=0).sum())
     passes = 0
-    guesses: list[float | None] = [None] * n_types
+    guesses: list[float | None] = [float(x) for x in lam] if warm else [None] * n_types
     for passes in range(1, max_passes + 1):  # noqa: B007 - the count is returned
         before = value
         for t in range(n_types):
@@ -655,11 +677,18 @@ def _best_pair(
 
 
 def solve_lagrangian(
-    problem: AssignmentProblem, max_passes: int = MAX_PASSES, rel_tol: float = 1e-7, polish: bool = True
+    problem: AssignmentProblem,
+    max_passes: int = MAX_PASSES,
+    rel_tol: float = 1e-7,
+    polish: bool = True,
+    start: FloatArray | None = None,
+    hulls: Hulls | None = None,
 ) -> LagrangianResult:
     """Feasible allocation, its objective and a certified upper bound (value units). Forced jobs must have been
     applied beforehand (``solve_assignment`` does). Coordinate descent stops when a pass gains less than
-    ``rel_tol`` of L; ``polish``: then finish the prices with the core LP."""
+    ``rel_tol`` of L; ``polish``: then finish the prices with the core LP. ``start``: prices to start the search
+    from (a warm start: the previous round's) instead of the pooled cluster's single price; ``hulls``: the
+    problem's :func:`build_hulls`, when the caller has them."""
     n_jobs = problem.num_jobs
     capacity = problem.capacity.astype(np.float64)
     if np.any(problem.gpus < 1):
@@ -667,12 +696,15 @@ def solve_lagrangian(
     if n_jobs == 0 or problem.value.shape[1] == 0 or not problem.valid.any():
         empty = np.full(n_jobs, -1, dtype=np.int64)
         return LagrangianResult(empty, 0.0, 0.0, np.zeros(len(capacity)))
-    hulls = build_hulls(problem)
+    if hulls is None:
+        hulls = build_hulls(problem)
     n_types = len(capacity)
     choice: IntArray | None = None
     prices = np.zeros(n_types)
     bound = np.inf
     passes = 0
+    if start is not None:
+        start = np.maximum(np.asarray(start, dtype=np.float64), 0.0)
     if polish and n_types > 1 and n_jobs <= CORE_JOBS:
         # Every job fits in the core: the LP is solved in full, no price search needed to pick the core.
         polished = lp_polish(hulls, capacity, prices)
@@ -680,8 +712,10 @@ def solve_lagrangian(
             prices, choice = polished.prices, polished.choice
             bound, _ = dual_value(problem, prices)
     if choice is None:
-        start = np.full(n_types, common_price(problem)) if n_types > 1 else None
-        prices, passes = minimise_dual(hulls, capacity, prices=start, max_passes=max_passes, rel_tol=rel_tol)
+        warm = start is not None
+        if start is None and n_types > 1:
+            start = np.full(n_types, common_price(problem))
+        prices, passes = minimise_dual(hulls, capacity, prices=start, max_passes=max_passes, rel_tol=rel_tol, warm=warm)
         bound, _ = dual_value(problem, prices)
         if polish and n_types > 1:  # with one type the line search is already the LP optimum (Dyer–Zemel)
             polished = lp_polish(hulls, capacity, prices)

@@ -1,0 +1,154 @@
+"""Warm-started rounds (#33): the compiled hull loop gives the NumPy loop's hulls bit for bit; a round started from
+the previous round's prices is proved optimal whenever the cold solve is, with the same objective on the grid;
+any start, however poor, still gives a feasible allocation under a valid bound; twins share their options one way;
+a simulation beyond the DP is as deterministic warm as cold, and the prices travel with the round."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oak.model.cluster import cluster_preset
+from oak.model.snapshot import Allocation, RoundSnapshot
+from oak.policies import make_policy
+from oak.sim.simulator import Simulator
+from oak.solve import AssignmentProblem, solve_assignment
+from oak.solve.assignment import (
+    CORE_METHOD,
+    DP_MAX_STATES,
+    _apply_forced,
+    canonical_twins,
+    check_feasible,
+    dp_states,
+    snapped,
+    value_quantum,
+)
+from oak.solve.instances import random_instance
+from oak.solve.lagrangian import build_hulls
+from oak.workloads import load_workload
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), gpus=st.sampled_from([48, 256, 1024]), types=st.integers(1, 4),
+       jobs=st.integers(1, 300))  # fmt: skip
+def test_compiled_hulls_equal_numpy_hulls_bit_for_bit(seed: int, gpus: int, types: int, jobs: int) -> None:
+    problem = snapped(random_instance(np.random.default_rng(seed), gpus, types, jobs))
+    a = build_hulls(problem, engine="numpy")
+    b = build_hulls(problem, engine="numba")
+    for name in ("gpus", "value", "config", "dw", "slope"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.shape == y.shape and x.dtype == y.dtype, name
+        assert np.array_equal(x, y, equal_nan=True), name
+
+
+def _rounds(seed: int, n: int, gpus: int = 512, types: int = 3, jobs: int = 150) -> list[AssignmentProblem]:
+    """``n`` consecutive rounds: one random round whose values drift by up to 2 % per round (as a round's goodput,
+    restart and switching factors move), a job leaving and another arriving now and then."""
+    rng = np.random.default_rng(seed)
+    base = random_instance(rng, gpus, types, jobs)
+    out = []
+    value = base.value.copy()
+    valid = base.valid.copy()
+    for _ in range(n):
+        value = value * (1.0 + rng.uniform(-0.02, 0.02, size=value.shape))
+        if rng.random() < 0.3:
+            i = int(rng.integers(len(value)))
+            value[i] = rng.permutation(value[i])
+            valid[i] = rng.random(valid.shape[1]) < 0.9
+        out.append(dataclasses.replace(base, value=value.copy(), valid=valid.copy()))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_warm_rounds_are_proved_optimal_with_the_cold_objective(seed: int) -> None:
+    rounds = _rounds(seed, 12)
+    assert dp_states(rounds[0].capacity) > DP_MAX_STATES  # the size where warm starts apply
+    prices = None
+    settled = 0
+    for problem in rounds:
+        cold = solve_assignment(problem)
+        warm = solve_assignment(dataclasses.replace(problem, warm_prices=prices))
+        check_feasible(problem, warm.choice)
+        assert warm.objective <= cold.bound + 1e-9 * abs(cold.bound)  # each certificate holds for the other
+        assert cold.objective <= warm.bound + 1e-9 * abs(warm.bound)
+        if cold.method == CORE_METHOD:
+            assert warm.method == CORE_METHOD, "the cold solve proved this round optimal, the warm one did not"
+            grid = snapped(problem).value
+            rows_w, rows_c = np.flatnonzero(warm.choice >= 0), np.flatnonzero(cold.choice >= 0)
+            # optimal on the grid both: exactly the same grid objective (sums of grid values are exact)
+            assert grid[rows_w, warm.choice[rows_w]].sum() == grid[rows_c, cold.choice[rows_c]].sum()
+        settled += warm.warm
+        assert warm.prices is not None and warm.prices.shape == problem.capacity.shape
+        prices = warm.prices
+    assert settled >= 1  # the previous round's prices settle rounds without the LP
+
+
+@pytest.mark.parametrize("start", [[0.0, 0.0, 0.0], [1e6, 1e6, 1e6], [0.0, 1e3, 0.0], [np.nan, 1.0, 1.0]])
+def test_any_warm_start_gives_a_feasible_allocation_under_a_valid_bound(start: list[float]) -> None:
+    problem = _rounds(5, 1)[0]
+    cold = solve_assignment(problem)
+    warm = solve_assignment(dataclasses.replace(problem, warm_prices=np.array(start)))
+    check_feasible(problem, warm.choice)
+    assert warm.bound >= cold.objective - 1e-9 * abs(cold.objective)
+    assert warm.objective <= cold.bound + 1e-9 * abs(cold.bound)
+    if cold.method == CORE_METHOD:
+        assert warm.method == CORE_METHOD
+
+
+def test_twins_share_their_options_one_way() -> None:
+    rng = np.random.default_rng(3)
+    base = random_instance(rng, 64, 2, 6)
+    value = base.value.copy()
+    valid = base.valid.copy()
+    value[4], valid[4] = value[1], valid[1]  # jobs 1 and 4 are twins; so are 2 and 5
+    value[5], valid[5] = value[2], valid[2]
+    problem = dataclasses.replace(base, value=value, valid=valid)
+    j_hi = int(np.argmax(np.where(valid[1], value[1], -np.inf)))
+    j_lo = int(np.flatnonzero(valid[1] & (np.arange(valid.shape[1]) != j_hi))[0])
+    choice = np.array([0, j_lo, -1, 1, j_hi, 2])
+    out = canonical_twins(problem, choice)
+    assert out[1] == j_hi and out[4] == j_lo  # the more valuable option to the lower index
+    assert sorted(out[[2, 5]].tolist()) == sorted([-1, 2]) and out[2] == (2 if value[2, 2] > 0 else -1)
+    assert out[0] == 0 and out[3] == 1  # jobs without a twin keep theirs
+    assert np.array_equal(canonical_twins(problem, out), out)  # idempotent
+    rows = np.flatnonzero(out >= 0)
+    rows_in = np.flatnonzero(choice >= 0)
+    assert value[rows, out[rows]].sum() == pytest.approx(value[rows_in, choice[rows_in]].sum(), rel=1e-15)
+
+
+def test_forced_jobs_keep_the_warm_start() -> None:
+    problem = _rounds(7, 1)[0]
+    forced = np.full(problem.num_jobs, -1, dtype=np.int64)
+    forced[0] = int(np.flatnonzero(problem.valid[0])[0])
+    prices = np.array([0.1, 0.2, 0.3])
+    reduced, _, _ = _apply_forced(dataclasses.replace(problem, forced=forced, warm_prices=prices))
+    assert reduced.warm_prices is prices
+    assert value_quantum(problem.value, problem.valid) > 0
+
+
+def test_simulation_beyond_the_dp_is_deterministic_warm_and_its_prices_travel() -> None:
+    cluster = cluster_preset("sia-64x4")  # 96 + 64 + 96 GPUs: beyond the DP, the warm path
+    seen: list[np.ndarray | None] = []
+
+    class Recording:
+        def __init__(self) -> None:
+            self.inner = make_policy("oak")
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+        def decide(self, snap: RoundSnapshot) -> Allocation:
+            seen.append(snap.solver_prices)
+            return self.inner.decide(snap)
+
+    wl = load_workload("small")
+    a = Simulator(wl, cluster).run(Recording(), 0.1, 0)  # type: ignore[arg-type]
+    b = Simulator(wl, cluster).run(make_policy("oak"), 0.1, 0)
+    assert [j.jct_s for j in a.jobs] == [j.jct_s for j in b.jobs]
+    assert seen[0] is None and any(p is not None for p in seen[1:])
+    cold = Simulator(wl, cluster, warm_start=False).run(make_policy("oak"), 0.1, 0)
+    assert all(j.jct_s is not None for j in cold.jobs)

@@ -35,7 +35,7 @@ def pytest_configure(config: Any) -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for policy in ("pollux", "hybrid-oak")  # their kernels are separate modules: compiled side by side
+        for policy in ("pollux", "hybrid-oak", "solver")  # separate modules: compiled side by side
     ]
 
 

@@ -6,11 +6,14 @@ a simulation beyond the DP is as deterministic warm as cold, and the prices trav
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
 from oak.model.cluster import cluster_preset
 from oak.model.snapshot import Allocation, RoundSnapshot
@@ -27,8 +30,9 @@ from oak.solve.assignment import (
     snapped,
     value_quantum,
 )
+from oak.solve.core import solve_core
 from oak.solve.instances import random_instance
-from oak.solve.lagrangian import build_hulls
+from oak.solve.lagrangian import build_hulls, minimise_dual, solve_lagrangian
 from oak.workloads import load_workload
 
 
@@ -43,6 +47,45 @@ def test_compiled_hulls_equal_numpy_hulls_bit_for_bit(seed: int, gpus: int, type
         x, y = getattr(a, name), getattr(b, name)
         assert x.shape == y.shape and x.dtype == y.dtype, name
         assert np.array_equal(x, y, equal_nan=True), name
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), gpus=st.sampled_from([48, 256, 1024]), types=st.integers(1, 4),
+       jobs=st.integers(1, 300), warm=st.booleans())  # fmt: skip
+def test_compiled_price_search_equals_numpy_bit_for_bit(
+    seed: int, gpus: int, types: int, jobs: int, warm: bool
+) -> None:
+    problem = snapped(random_instance(np.random.default_rng(seed), gpus, types, jobs))
+    hulls = build_hulls(problem)
+    capacity = problem.capacity.astype(np.float64)
+    start = np.random.default_rng(seed + 1).uniform(0.0, 0.2, size=types) if warm else np.zeros(types)
+    a = minimise_dual(hulls, capacity, start, warm=warm, engine="numpy")
+    b = minimise_dual(hulls, capacity, start, warm=warm, engine="numba")
+    assert np.array_equal(a[0], b[0]) and a[1] == b[1]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), gpus=st.sampled_from([48, 256, 1024]), types=st.integers(1, 4),
+       jobs=st.integers(2, 300), small=st.booleans())  # fmt: skip
+def test_compiled_core_programme_equals_numpy(seed: int, gpus: int, types: int, jobs: int, small: bool) -> None:
+    problem = snapped(random_instance(np.random.default_rng(seed), gpus, types, jobs))
+    res = solve_lagrangian(problem, polish=False)
+    budget = {"max_states": 2_000, "max_jobs": 48} if small else {}
+    a = solve_core(problem, res.prices, res.bound, res.choice, engine="numpy", **budget)  # type: ignore[arg-type]
+    b = solve_core(problem, res.prices, res.bound, res.choice, engine="numba", **budget)  # type: ignore[arg-type]
+    assert (a is None) == (b is None)
+    if a is not None:
+        assert b is not None and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 255, 256, 1000, 4099])
+def test_the_kernels_sum_as_numpy_does(n: int) -> None:
+    from oak.solve.price_kernel import _pairwise_sum
+
+    rng = np.random.default_rng(n)
+    for _ in range(10):
+        a = rng.normal(size=n) * 10.0 ** rng.integers(-8, 8, size=n)
+        assert _pairwise_sum(a, 0, n) == a.sum()
 
 
 def _rounds(seed: int, n: int, gpus: int = 512, types: int = 3, jobs: int = 150) -> list[AssignmentProblem]:
@@ -152,3 +195,24 @@ def test_simulation_beyond_the_dp_is_deterministic_warm_and_its_prices_travel() 
     assert seen[0] is None and any(p is not None for p in seen[1:])
     cold = Simulator(wl, cluster, warm_start=False).run(make_policy("oak"), 0.1, 0)
     assert all(j.jct_s is not None for j in cold.jobs)
+
+
+def test_bench_sim_reports_the_cold_reference_and_the_paired_rounds(tmp_path: Path) -> None:
+    from oak.cli.main import app
+
+    out = tmp_path / "sim.json"
+    res = CliRunner().invoke(
+        app, ["bench", "sim", "--workload", "small", "--cluster", "sia-64x4", "--paired", "--json", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    assert "auto/cold" in res.output and "paired rounds" in res.output
+    data = json.loads(out.read_text())
+    assert [r["solver"] for r in data["sim"]] == ["auto", "auto, cold"]
+    paired = data["paired"]
+    assert paired["rounds"] == data["sim"][0]["rounds"] > 0
+    assert 0 <= paired["differ"] <= paired["rounds"]
+    assert paired["warm_exact"] >= paired["cold_exact"]  # a round the cold solve proves, the warm one proves
+    assert paired["differ_both_exact"] <= paired["differ"]
+    assert paired["relative_shortfall_max"] >= 0.0
+    bad = CliRunner().invoke(app, ["bench", "sim", "--reference", "lp"])
+    assert bad.exit_code == 2 and "expected highs, cold or none" in bad.output

@@ -80,6 +80,7 @@ class ClusterModel:
             )
         self.apps = [self.catalog.app(j.application) for j in jobs]
         self.tables = JobTables(self.table, self.apps)
+        self.tables.use_columns(self.config_shape)
         self.names = np.array([j.name for j in jobs], dtype=object)
         self.app_names = np.array([j.application for j in jobs], dtype=object)
         self.keys = np.array([rng.job_key(j.name) for j in jobs], dtype=np.uint64)
@@ -152,14 +153,17 @@ class ClusterModel:
         e = self.tables.epochs(active, st.progress[active])
         st.epoch[active] = e
         rows = self.tables.rows(active, e)
-        shape_goodput = self.tables.goodput[rows]  # (J, S) raw goodput on every shape
-        shape_rate = self.tables.rate[rows]
+        full = st.beliefs is not None or needs_node_goodput
+        if full:  # every shape: (J, S) raw goodput and progress rate
+            shape_goodput = self.tables.goodput[rows]
+            shape_rate = self.tables.rate[rows]
         if st.beliefs is not None:  # what the scheduler believes, where the job can run at all
             believed_goodput, believed_rate = st.beliefs.rows(active, e, st.progress[active] / self.total[active])
             feasible = shape_goodput > 0
             shape_goodput = np.where(feasible, believed_goodput, 0.0)
             shape_rate = np.where(feasible, believed_rate, 0.0)
-        raw = shape_goodput[:, self.config_shape]
+        # (J, C) on the configurations' shapes only
+        raw = shape_goodput[:, self.config_shape] if full else self.tables.goodput_cols[rows]
         valid = self.bounds[active] & (raw > 0)
         max_gpus = self.max_gpus[active]
         if self.physics.bootstrap or self.physics.exploration_cap or self.learned or self.physics.first_type_tie:
@@ -174,7 +178,9 @@ class ClusterModel:
         never = st.max_run_gpus[active] == 0 if self.physics.first_type_tie else None
         if never is not None and never.any():  # the artifact's tie: nothing is known of a job that has not run
             good = np.where(never[:, None] & valid, 1.0, good)
-        rate = shape_rate[:, self.config_shape] / self.calibration[active, None]
+        rate = (shape_rate[:, self.config_shape] if full else self.tables.rate_cols[rows]) / self.calibration[
+            active, None
+        ]
         node_goodput = None
         if needs_node_goodput:
             node_goodput = np.zeros(

@@ -42,6 +42,17 @@ class JobTables:
         self._filled = np.zeros(rows, dtype=bool)
         self._row_app = np.repeat(np.arange(len(self._profiles)), epochs)
         self._row_epoch = np.arange(rows) - np.repeat(self._offset, epochs)
+        self._columns: IntArray = np.arange(table.size)
+        #: :attr:`goodput` and :attr:`rate` on the shapes of :meth:`use_columns` only (all shapes until it is called)
+        self.goodput_cols: FloatArray = self.goodput
+        self.rate_cols: FloatArray = self.rate
+
+    def use_columns(self, columns: IntArray) -> None:
+        """Also keep :attr:`goodput_cols` / :attr:`rate_cols`: the tables on these shapes only (a round reads the
+        shapes of the cluster's configurations, a few dozen of thousands)."""
+        self._columns = np.asarray(columns, dtype=np.int64)
+        self.goodput_cols = self.goodput[:, self._columns]
+        self.rate_cols = self.rate[:, self._columns]
 
     def epochs(self, idx: IntArray, progress: FloatArray) -> IntArray:
         """Completed epochs of jobs ``idx`` at ``progress`` (their progress values, aligned with idx), clipped
@@ -63,5 +74,8 @@ class JobTables:
                 ch = self._table.choices(self._profiles[self._row_app[r]].name, int(self._row_epoch[r]))
                 self.goodput[r] = ch.goodput
                 self.rate[r] = ch.progress_rate
+                if self.goodput_cols is not self.goodput:
+                    self.goodput_cols[r] = self.goodput[r, self._columns]
+                    self.rate_cols[r] = self.rate[r, self._columns]
                 self._filled[r] = True
         return rows

@@ -210,19 +210,21 @@ def _solve_lagrangian_auto(
     from oak.solve.lagrangian import build_hulls, solve_lagrangian
 
     hulls = build_hulls(problem)
-    budget = {} if exact else {"max_states": 2_000, "max_jobs": 48}
+    from oak.solve.core import MAX_CORE_JOBS, MAX_CORE_STATES
+
+    max_states, max_jobs = (MAX_CORE_STATES, MAX_CORE_JOBS) if exact else (2_000, 48)
     if warm is not None and len(warm) == len(problem.capacity) > 1 and bool(np.isfinite(warm).all()):
         first = solve_lagrangian(problem, start=warm, polish=False, hulls=hulls)
         if first.gap <= 0.0:
             return first.choice, None, CORE_METHOD, first.prices, True
-        core = solve_core(problem, first.prices, first.bound, first.choice, **budget)
+        core = solve_core(problem, first.prices, first.bound, first.choice, max_states, max_jobs)
         if core is not None:
             return core, None, CORE_METHOD, first.prices, True
     res = solve_lagrangian(problem, hulls=hulls)
     choice, bound, prices, objective = res.choice, res.bound, res.prices, res.objective
     if bound - objective <= 0.0:
         return choice, None, CORE_METHOD, prices, False
-    core = solve_core(problem, prices, bound, choice, **budget)
+    core = solve_core(problem, prices, bound, choice, max_states, max_jobs)
     if core is not None:
         return core, None, CORE_METHOD, prices, False
     states = float(np.prod(problem.capacity.astype(np.float64) + 1.0))
@@ -241,15 +243,20 @@ def canonical_twins(problem: AssignmentProblem, choice: IntArray) -> IntArray:
     n_jobs, n_cfg = problem.value.shape
     if n_jobs < 2 or n_cfg == 0:
         return choice
-    key = np.ascontiguousarray(np.where(problem.valid, problem.value, np.nan))
+    # rows that differ in a fingerprint differ: only jobs whose fingerprints collide can be twins
+    fingerprint = np.where(problem.valid, problem.value, 0.0).sum(axis=1) + problem.valid.sum(axis=1)
+    order = np.argsort(fingerprint, kind="stable")
+    same = fingerprint[order[1:]] == fingerprint[order[:-1]]
+    if not same.any():
+        return choice
+    maybe = np.unique(np.concatenate([order[1:][same], order[:-1][same]]))
+    key = np.ascontiguousarray(np.where(problem.valid[maybe], problem.value[maybe], np.nan))
     rows = key.view(np.dtype((np.void, key.dtype.itemsize * n_cfg))).ravel()
     _, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
-    if not np.any(counts > 1):
-        return choice
     out = choice.copy()
     inverse = inverse.ravel()
     for g in np.flatnonzero(counts > 1).tolist():
-        members = np.flatnonzero(inverse == g)
+        members = maybe[inverse == g]  # ascending job index
         chosen = out[members]
         worth = np.where(chosen >= 0, problem.value[members[0], np.maximum(chosen, 0)], 0.0)
         out[members] = chosen[np.lexsort((chosen, -worth))]

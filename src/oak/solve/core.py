@@ -29,6 +29,10 @@ MAX_CORE_STATES = 20_000
 DEEPENING = (1 / 16, 1 / 4, 1.0)
 DEEPEN_ABOVE = 12
 
+#: ``_core_dp`` runs compiled (``oak.solve.core_kernel``) above this many option entries (options × GPU types);
+#: below, the NumPy loop costs less than loading numba.
+KERNEL_MIN_OPTIONS = 300
+
 #: Give up (return None) when more jobs than this have several options within the budget.
 MAX_CORE_JOBS = 400
 
@@ -40,6 +44,7 @@ def solve_core(
     incumbent: IntArray,
     max_states: int = MAX_CORE_STATES,
     max_jobs: int = MAX_CORE_JOBS,
+    engine: str = "auto",
 ) -> IntArray | None:
     """An optimal choice per job (−1: none), given prices λ ≥ 0 (value per GPU), ``bound`` = L(λ) (value units) and
     a feasible ``incumbent``; None when more than ``max_jobs`` jobs have several options within the budget or the
@@ -72,7 +77,7 @@ def solve_core(
     # Deepen only when the full budget leaves many jobs open; with few, one run costs less than the retries.
     open_jobs = int(np.count_nonzero((fits & (delta <= full + tol)).sum(axis=1) + (best <= full + tol) > 1))
     for fraction in DEEPENING if open_jobs > DEEPEN_ABOVE else (1.0,):
-        found = _core_dp(problem, prices, delta, best, fits, full * fraction, tol, stride, max_states, max_jobs)
+        found = _core_dp(problem, prices, delta, best, fits, full * fraction, tol, stride, max_states, max_jobs, engine)
         if found is None:
             return None
         if not isinstance(found, str):
@@ -91,8 +96,12 @@ def _core_dp(
     stride: IntArray,
     max_states: int,
     max_jobs: int,
+    engine: str = "auto",
 ) -> IntArray | str | None:
-    """The best allocation of cost (Σ δ + λ·idle) ≤ ``budget``; "empty" when there is none, None when too big."""
+    """The best allocation of cost (Σ δ + λ·idle) ≤ ``budget``; "empty" when there is none, None when too big.
+    ``engine``: ``numpy`` (the vectorised loop below), ``numba`` (the same programme compiled,
+    :mod:`oak.solve.core_kernel`: the same answer bit for bit, fewer than eight GPU types) or ``auto``: numba for
+    more than ``KERNEL_MIN_OPTIONS`` option entries (options × types) with fewer than eight types."""
     n_jobs = problem.num_jobs
     n_types = len(problem.capacity)
     gpus = problem.gpus.astype(np.int64)
@@ -141,6 +150,19 @@ def _core_dp(
     if n_multi > 1:
         future[:-1] = np.cumsum(most[::-1], axis=0)[::-1][1:]
     room = capacity[None, :] - future
+    if engine == "numba" or (engine == "auto" and n_types < 8 and len(cfg_all) * n_types > KERNEL_MIN_OPTIONS):
+        from oak.solve.core_kernel import FOUND, TOO_BIG, core_programme
+
+        status, picked = core_programme(
+            edge.astype(np.int64), use_all, loss_all.astype(np.float64), room, capacity,
+            np.asarray(prices, dtype=np.float64), float(budget + tol), stride, int(max_states), usage, loss,
+        )  # fmt: skip
+        if status == TOO_BIG:
+            return None
+        if status != FOUND:
+            return "empty"
+        choice[multi] = cfg_all[picked]
+        return choice
     trail: list[tuple[IntArray, IntArray]] = []  # per job in ``multi``: (parent state, configuration) of each state
     for k in range(n_multi):
         lo, hi = int(edge[k]), int(edge[k + 1])

@@ -296,12 +296,24 @@ def minimise_dual(
     max_passes: int = MAX_PASSES,
     rel_tol: float = 1e-9,
     warm: bool = False,
+    engine: str = "auto",
 ) -> tuple[FloatArray, int]:
     """Prices λ ≥ 0 lowering L by coordinate descent with exact line searches, until a pass gains less than
     ``rel_tol`` relatively; returns (λ, passes run). Coordinate descent can stall at a kink where jobs are torn
     between types; ``lp_polish`` finishes from there. ``warm``: ``prices`` are near the answer (the previous
-    round's), so each line search first sorts only the thresholds near them."""
+    round's), so each line search first sorts only the thresholds near them. ``engine``: ``numpy``, ``numba``
+    (the same search compiled, :mod:`oak.solve.price_kernel`: the same prices and passes) or ``auto``: numba
+    above ``KERNEL_MIN_POINTS`` hull points."""
     n_types = hulls.value.shape[0]
+    if engine == "numba" or (engine == "auto" and hulls.value.size > KERNEL_MIN_POINTS):
+        from oak.solve.price_kernel import minimise_dual_kernel
+
+        start = np.zeros(n_types) if prices is None else np.asarray(prices, dtype=np.float64)
+        lam_k, passes_k = minimise_dual_kernel(
+            hulls.value, hulls.gpus, hulls.slope, hulls.dw, np.asarray(capacity, dtype=np.float64),
+            start, int(max_passes), float(rel_tol),
+        )  # fmt: skip
+        return np.asarray(lam_k, dtype=np.float64), int(passes_k)
     lam = np.zeros(n_types) if prices is None else np.asarray(prices, dtype=np.float64).copy()
     best = _best_per_type(hulls, lam)
     value = float(dot(lam, capacity) + best.max(axis=0).sum())

@@ -1,0 +1,133 @@
+"""The core DP's programme over the undecided jobs (:func:`oak.solve.core._core_dp`) as one compiled loop (numba).
+
+Each step extends every partial allocation (a state: GPUs used per type, its loss Σ δ) by each option of the next
+job, drops the extensions over a capacity or over the budget (loss plus the cost of the GPUs the remaining jobs
+cannot fill), and keeps one state per usage vector: the least loss, ties to the earlier candidate (state-major,
+then option), states ordered by usage key — what the NumPy loop's ``lexsort`` keeps. The sums are the NumPy loop's
+too: a loss plus an option's loss, then the idle cost Σ_t max(room_t − use_t, 0)·λ_t added left to right, as NumPy
+reduces fewer than eight terms (so the kernel is used only with fewer than eight GPU types). The same states, the
+same answer, bit for bit (tests/test_warm_start.py); without the NumPy loop's per-step overhead, which large rounds
+pay in every round of a simulation. Imported only for such rounds, so ``import oak`` does not load numba.
+"""
+
+from __future__ import annotations
+
+import numba  # type: ignore[import-untyped]
+import numpy as np
+
+#: Status codes of :func:`core_programme`.
+FOUND, TOO_BIG, EMPTY = 0, 1, 2
+
+
+@numba.njit(cache=True)  # type: ignore[untyped-decorator]
+def core_programme(
+    edge: np.ndarray,
+    use_all: np.ndarray,
+    loss_all: np.ndarray,
+    room: np.ndarray,
+    capacity: np.ndarray,
+    prices: np.ndarray,
+    limit: float,
+    stride: np.ndarray,
+    max_states: int,
+    usage0: np.ndarray,
+    loss0: np.ndarray,
+) -> tuple[int, np.ndarray]:
+    """(status, the option index each undecided job takes) for options grouped by job (``edge``), their GPU use
+    per type (``use_all``) and loss (``loss_all``); ``limit`` = budget + tolerance. Status FOUND, TOO_BIG (a step
+    would exceed ``max_states``) or EMPTY (no allocation within the budget)."""
+    n_multi = len(edge) - 1
+    n_types = len(capacity)
+    usage = usage0.copy()
+    loss = loss0.copy()
+    buf_parent = np.empty(1024, dtype=np.int64)
+    buf_option = np.empty(1024, dtype=np.int64)
+    offsets = np.zeros(n_multi + 1, dtype=np.int64)
+    size = 0
+    for k in range(n_multi):
+        lo = edge[k]
+        hi = edge[k + 1]
+        n = len(loss)
+        m = hi - lo
+        if n * m > 4 * max_states:
+            return TOO_BIG, np.empty(0, dtype=np.int64)
+        c_use = np.empty((n * m, n_types), dtype=np.int64)
+        c_loss = np.empty(n * m)
+        c_key = np.empty(n * m, dtype=np.int64)
+        c_parent = np.empty(n * m, dtype=np.int64)
+        c_option = np.empty(n * m, dtype=np.int64)
+        cnt = 0
+        for s in range(n):
+            for o in range(m):
+                fits = True
+                idle = 0.0
+                key = 0
+                for t in range(n_types):
+                    u = usage[s, t] + use_all[lo + o, t]
+                    if u > capacity[t]:
+                        fits = False
+                    c_use[cnt, t] = u
+                    r = room[k, t] - u
+                    if r < 0:
+                        r = 0
+                    idle += float(r) * prices[t]
+                    key += u * stride[t]
+                total = loss[s] + loss_all[lo + o]
+                if fits and total + idle <= limit:
+                    c_loss[cnt] = total
+                    c_key[cnt] = key
+                    c_parent[cnt] = s
+                    c_option[cnt] = lo + o
+                    cnt += 1
+        if cnt == 0:
+            return EMPTY, np.empty(0, dtype=np.int64)
+        by_loss = np.argsort(c_loss[:cnt], kind="mergesort")
+        order = by_loss[np.argsort(c_key[:cnt][by_loss], kind="mergesort")]
+        kept = 0
+        for j in range(cnt):
+            if j == 0 or c_key[order[j]] != c_key[order[j - 1]]:
+                kept += 1
+        if kept > max_states:
+            return TOO_BIG, np.empty(0, dtype=np.int64)
+        new_usage = np.empty((kept, n_types), dtype=np.int64)
+        new_loss = np.empty(kept)
+        if size + kept > len(buf_parent):
+            grow = max(2 * len(buf_parent), size + kept)
+            bp = np.empty(grow, dtype=np.int64)
+            bo = np.empty(grow, dtype=np.int64)
+            bp[:size] = buf_parent[:size]
+            bo[:size] = buf_option[:size]
+            buf_parent = bp
+            buf_option = bo
+        q = 0
+        for j in range(cnt):
+            c = order[j]
+            if j == 0 or c_key[c] != c_key[order[j - 1]]:
+                new_usage[q] = c_use[c]
+                new_loss[q] = c_loss[c]
+                buf_parent[size + q] = c_parent[c]
+                buf_option[size + q] = c_option[c]
+                q += 1
+        offsets[k] = size
+        size += kept
+        offsets[k + 1] = size
+        usage = new_usage
+        loss = new_loss
+    best = -1
+    best_cost = np.inf
+    for s in range(len(loss)):
+        idle = 0.0
+        for t in range(n_types):
+            idle += float(capacity[t] - usage[s, t]) * prices[t]
+        cost = loss[s] + idle
+        if best < 0 or cost < best_cost:
+            best = s
+            best_cost = cost
+    if best_cost > limit:
+        return EMPTY, np.empty(0, dtype=np.int64)
+    picked = np.empty(n_multi, dtype=np.int64)
+    state = best
+    for k in range(n_multi - 1, -1, -1):
+        picked[k] = buf_option[offsets[k] + state]
+        state = buf_parent[offsets[k] + state]
+    return FOUND, picked

@@ -69,13 +69,16 @@ def step(model: ClusterModel, st: JobsState, now: float, active: np.ndarray, pol
     shapes, placed = model.plan(snap, alloc, policy.name, st, active, policy.avoids_failing_nodes)
     relocate = model.physics.restart_on == "shape"
     intents = []
+    new_shapes = np.asarray(shapes).tolist()
+    configs = model.shape_config[np.maximum(shapes, 0)].tolist()
+    held = st.shape[active].tolist()
     for pos, i in enumerate(active.tolist()):
-        new, gpus, had = int(shapes[pos]), placed[pos], int(st.shape[i])
+        new, gpus, had = new_shapes[pos], placed[pos], held[pos]
         if new < 0:
             kind = Intent.STOP if had >= 0 else Intent.KEEP
             intents.append(JobIntent(i, kind, -1, -1, ()))
             continue
-        config = int(model.shape_config[new])
+        config = configs[pos]
         if new == had and gpus == st.gpus[i]:
             kind = Intent.KEEP
         elif had < 0:

@@ -40,7 +40,7 @@ def place(
     most at risk is placed first, on the healthiest nodes.
     """
     kept = [
-        c is not None and c == pc and len(prev) == c.gpus
+        c is not None and (c is pc or c == pc) and len(prev) == c.gpus
         for c, pc, prev in zip(configs, previous_configs, previous, strict=True)
     ]
     result = _try_place(cluster, configs, previous, kept, down, health, risk)
@@ -69,10 +69,15 @@ def _try_place(
             n_kept += len(previous[i])
             out[i] = previous[i]
     gpu_nodes = cluster.gpu_nodes
-    if len(taken) != n_kept or any(gpu_nodes[g] in down for g in taken):
+    touched = {gpu_nodes[g] for g in taken}
+    if len(taken) != n_kept or not touched.isdisjoint(down):
         raise ValueError("kept placements overlap or lie on a node out of service")
     free: list[list[int]] = [
-        [] if node.node_id in down else [g for g in range(first, first + node.gpus) if g not in taken]
+        []
+        if node.node_id in down
+        else [g for g in range(first, first + node.gpus) if g not in taken]
+        if node.node_id in touched
+        else list(range(first, first + node.gpus))
         for first, node in zip(cluster.first_gpu, cluster.nodes, strict=True)
     ]
     todo = [i for i, c in enumerate(configs) if c is not None and not kept[i]]

@@ -40,7 +40,6 @@ same; twins (bit-identical rows) are dealt their options one way (:func:`canonic
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -345,7 +344,16 @@ def snapped(problem: AssignmentProblem) -> AssignmentProblem:
     value = snap_values(problem.value, problem.valid, problem.prefer)
     if value is problem.value:
         return problem
-    return dataclasses.replace(problem, value=value)
+    return AssignmentProblem(
+        value,
+        problem.valid,
+        problem.gpus,
+        problem.gpu_type,
+        problem.capacity,
+        problem.forced,
+        problem.prefer,
+        problem.warm_prices,
+    )
 
 
 def _grid_slack(given: FloatArray, on_grid: FloatArray, valid: BoolArray) -> float:

@@ -16,6 +16,8 @@ to filter, then O(states × options) per undecided job.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from oak.model.snapshot import BoolArray, FloatArray, IntArray
@@ -150,7 +152,8 @@ def _core_dp(
     if n_multi > 1:
         future[:-1] = np.cumsum(most[::-1], axis=0)[::-1][1:]
     room = capacity[None, :] - future
-    if engine == "numba" or (engine == "auto" and n_types < 8 and len(cfg_all) * n_types > KERNEL_MIN_OPTIONS):
+    big = len(cfg_all) * n_types > KERNEL_MIN_OPTIONS or "oak.solve.core_kernel" in sys.modules
+    if engine == "numba" or (engine == "auto" and n_types < 8 and big):
         from oak.solve.core_kernel import FOUND, TOO_BIG, core_programme
 
         status, picked = core_programme(

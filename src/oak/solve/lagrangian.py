@@ -38,6 +38,7 @@ types × 1,000 jobs and ≈ 0.1 s of CPU (≈ 0.18 s wall) at 4,096 × 4 × 4,00
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -149,6 +150,12 @@ def _grouped_points(problem: AssignmentProblem) -> tuple[FloatArray, FloatArray,
     return pv, np.maximum.accumulate(pw, axis=0), pc
 
 
+def _loaded(kernel: str) -> bool:
+    """Whether ``oak.solve.<kernel>`` is loaded in this process: once it is, ``auto`` takes it at any size (it
+    gives the NumPy code's results bit for bit, so the choice changes only the time)."""
+    return f"oak.solve.{kernel}" in sys.modules
+
+
 def build_hulls(problem: AssignmentProblem, engine: str = "auto") -> Hulls:
     """The rising part of the upper concave hull of each job's (GPUs, value) points per GPU type, origin included.
 
@@ -166,7 +173,7 @@ def build_hulls(problem: AssignmentProblem, engine: str = "auto") -> Hulls:
     row_type = np.repeat(np.arange(n_types), n_jobs)  # row r = t·J + i
     rising = np.zeros(v_all.shape, dtype=bool)
     rising[1:] = v_all[1:] > np.maximum.accumulate(v_all, axis=0)[:-1]
-    if engine == "numba" or (engine == "auto" and k_max * n_rows > KERNEL_MIN_POINTS):
+    if engine == "numba" or (engine == "auto" and (k_max * n_rows > KERNEL_MIN_POINTS or _loaded("hull_kernel"))):
         from oak.solve.hull_kernel import hull_stacks
 
         stack, top = hull_stacks(v_all, np.ascontiguousarray(pw), row_type, rising)
@@ -305,7 +312,7 @@ def minimise_dual(
     (the same search compiled, :mod:`oak.solve.price_kernel`: the same prices and passes) or ``auto``: numba
     above ``KERNEL_MIN_POINTS`` hull points."""
     n_types = hulls.value.shape[0]
-    if engine == "numba" or (engine == "auto" and hulls.value.size > KERNEL_MIN_POINTS):
+    if engine == "numba" or (engine == "auto" and (hulls.value.size > KERNEL_MIN_POINTS or _loaded("price_kernel"))):
         from oak.solve.price_kernel import minimise_dual_kernel
 
         start = np.zeros(n_types) if prices is None else np.asarray(prices, dtype=np.float64)

@@ -80,12 +80,12 @@ def test_compiled_core_programme_equals_numpy(seed: int, gpus: int, types: int, 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 127, 128, 129, 255, 256, 1000, 4099])
 def test_the_kernels_sum_as_numpy_does(n: int) -> None:
-    from oak.solve.price_kernel import _pairwise_sum
+    from oak.solve.pairwise_kernel import pairwise_sum
 
     rng = np.random.default_rng(n)
     for _ in range(10):
         a = rng.normal(size=n) * 10.0 ** rng.integers(-8, 8, size=n)
-        assert _pairwise_sum(a, 0, n) == a.sum()
+        assert pairwise_sum(a, 0, n) == a.sum()
 
 
 def _rounds(seed: int, n: int, gpus: int = 512, types: int = 3, jobs: int = 150) -> list[AssignmentProblem]:

@@ -18,71 +18,7 @@ from typing import Any
 import numba  # type: ignore[import-untyped]
 import numpy as np
 
-#: numpy's pairwise summation block (``PW_BLOCKSIZE`` in numpy's loops_utils).
-_PW_BLOCK = 128
-
-
-@numba.njit(cache=True)
-def _block_sum(a: Any, lo: int, n: int) -> Any:
-    """numpy's ``pairwise_sum`` leaf (n ≤ 128): eight accumulators, then the tail in order."""
-    if n < 8:
-        res = -0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i = 8
-    stop = n - n % 8
-    while i < stop:
-        r0 += a[lo + i]
-        r1 += a[lo + i + 1]
-        r2 += a[lo + i + 2]
-        r3 += a[lo + i + 3]
-        r4 += a[lo + i + 4]
-        r5 += a[lo + i + 5]
-        r6 += a[lo + i + 6]
-        r7 += a[lo + i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[lo + i]
-        i += 1
-    return res
-
-
-@numba.njit(cache=True)
-def _pairwise_sum(a: Any, n: int) -> Any:
-    """Σ a[:n] in numpy's pairwise order (bit-identical to ``np.sum`` over a contiguous axis). Above 128
-    terms numpy recurses on halves cut at a multiple of 8; here an explicit stack does (numba's cache
-    cannot hold self-recursive functions)."""
-    if n <= _PW_BLOCK:
-        return _block_sum(a, 0, n)
-    node_lo = np.empty(128, dtype=np.int64)
-    node_n = np.empty(128, dtype=np.int64)
-    node_open = np.zeros(128, dtype=np.bool_)
-    vals = np.empty(128)
-    node_lo[0], node_n[0], sp, vp = 0, n, 1, 0
-    while sp > 0:
-        top = sp - 1
-        lo, m = node_lo[top], node_n[top]
-        if m <= _PW_BLOCK:
-            vals[vp] = _block_sum(a, lo, m)
-            vp += 1
-            sp -= 1
-        elif node_open[top]:  # both halves summed: left below right on the value stack
-            vals[vp - 2] = vals[vp - 2] + vals[vp - 1]
-            vp -= 1
-            node_open[top] = False
-            sp -= 1
-        else:
-            node_open[top] = True
-            m2 = m // 2
-            m2 -= m2 % 8
-            node_lo[sp], node_n[sp], node_open[sp] = lo + m2, m - m2, False  # right, summed second
-            node_lo[sp + 1], node_n[sp + 1], node_open[sp + 1] = lo, m2, False  # left, summed first
-            sp += 2
-    return vals[0]
+from oak.solve.pairwise_kernel import pairwise_sum
 
 
 @numba.njit(cache=True)
@@ -91,7 +27,7 @@ def _objective_row(row: Any, value: Any, buf: Any) -> Any:
     for i in range(row.shape[0]):
         c = row[i]
         buf[i] = value[i, na if c < 0 else c]
-    return _pairwise_sum(buf, row.shape[0])
+    return pairwise_sum(buf, 0, row.shape[0])
 
 
 @numba.njit(cache=True)

@@ -15,71 +15,7 @@ from __future__ import annotations
 import numba  # type: ignore[import-untyped]
 import numpy as np
 
-
-@numba.njit(cache=True)  # type: ignore[untyped-decorator]
-def _block_sum(a: np.ndarray, lo: int, n: int) -> float:
-    """NumPy's pairwise sum of a[lo:lo+n] for n ≤ 128: a plain loop below 8, else eight accumulators."""
-    if n < 8:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i = 8
-    while i < n - (n % 8):
-        r0 += a[lo + i]
-        r1 += a[lo + i + 1]
-        r2 += a[lo + i + 2]
-        r3 += a[lo + i + 3]
-        r4 += a[lo + i + 4]
-        r5 += a[lo + i + 5]
-        r6 += a[lo + i + 6]
-        r7 += a[lo + i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[lo + i]
-        i += 1
-    return float(res)
-
-
-@numba.njit(cache=True)  # type: ignore[untyped-decorator]
-def _pairwise_sum(a: np.ndarray, lo: int, n: int) -> float:
-    """Σ a[lo:lo+n] as NumPy's ``add.reduce`` sums a contiguous float64 array: blocks of at most 128 summed by
-    :func:`_block_sum`, halves (cut at a multiple of 8) added pairwise — the recursion unrolled onto a stack."""
-    if n <= 128:
-        return _block_sum(a, lo, n)
-    node_lo = np.empty(128, dtype=np.int64)
-    node_n = np.empty(128, dtype=np.int64)
-    node_done = np.zeros(128, dtype=np.bool_)
-    values = np.empty(128)
-    sp = 0
-    vp = 0
-    node_lo[0] = lo
-    node_n[0] = n
-    node_done[0] = False
-    sp = 1
-    while sp > 0:
-        sp -= 1
-        c_lo, c_n, done = node_lo[sp], node_n[sp], node_done[sp]
-        if c_n <= 128:
-            values[vp] = _block_sum(a, c_lo, c_n)
-            vp += 1
-        elif done:
-            right = values[vp - 1]
-            left = values[vp - 2]
-            vp -= 2
-            values[vp] = left + right
-            vp += 1
-        else:
-            n2 = c_n // 2
-            n2 -= n2 % 8
-            node_lo[sp], node_n[sp], node_done[sp] = c_lo, c_n, True
-            node_lo[sp + 1], node_n[sp + 1], node_done[sp + 1] = c_lo + n2, c_n - n2, False
-            node_lo[sp + 2], node_n[sp + 2], node_done[sp + 2] = c_lo, n2, False
-            sp += 3
-    return float(values[0])
+from oak.solve.pairwise_kernel import pairwise_sum
 
 
 @numba.njit(cache=True)  # type: ignore[untyped-decorator]
@@ -89,7 +25,7 @@ def _dual(lam: np.ndarray, capacity: np.ndarray, best: np.ndarray) -> float:
     cost = np.empty(n_types)
     for t in range(n_types):
         cost[t] = lam[t] * capacity[t]
-    fixed = _pairwise_sum(cost, 0, n_types)
+    fixed = pairwise_sum(cost, 0, n_types)
     top = np.empty(n_jobs)
     for i in range(n_jobs):
         m = best[0, i]
@@ -97,7 +33,7 @@ def _dual(lam: np.ndarray, capacity: np.ndarray, best: np.ndarray) -> float:
             if best[t, i] > m:
                 m = best[t, i]
         top[i] = m
-    return fixed + _pairwise_sum(top, 0, n_jobs)
+    return float(fixed + pairwise_sum(top, 0, n_jobs))
 
 
 @numba.njit(cache=True)  # type: ignore[untyped-decorator]

@@ -62,7 +62,7 @@ class ClusterModel:
         self.capacity = np.array([self.cluster.capacity(t) for t in types], dtype=np.int64)
         self.node_type = np.array([types.index(n.gpu_type) for n in self.cluster.nodes], dtype=np.int64)
         self.node_gpus = np.array([n.gpus for n in self.cluster.nodes], dtype=np.int64)
-        self.gpu_node = np.repeat(np.arange(len(self.cluster.nodes)), self.node_gpus)
+        self.gpu_node = np.array(self.cluster.gpu_nodes, dtype=np.int64)
         self._build_shapes()
         self.table = GoodputTable(
             self.catalog, self.shape_nodes, self.shape_replicas, [types[t] for t in self.shape_type]

@@ -40,6 +40,7 @@ same; twins (bit-identical rows) are dealt their options one way (:func:`canonic
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 
@@ -121,7 +122,7 @@ class AssignmentProblem:
     """value/valid: (J, C); gpus/gpu_type: (C,); capacity: (T,) GPUs; forced: (J,) config or −1; prefer: (J,) the
     configuration each job holds now or −1, kept when the grid cannot tell it from another (module doc);
     warm_prices: (T,) per-GPU-type prices to start the price search from (the previous round's
-    ``AssignmentResult.prices``), used where ``auto`` takes the Lagrangian path with a certified gap (module doc,
+    ``AssignmentResult.prices``), used by ``auto`` where the cluster's programme is beyond the DP (module doc,
     "Warm starts")."""
 
     value: FloatArray
@@ -162,6 +163,13 @@ class AssignmentResult:
     def gap(self) -> float:
         """Certified relative optimality gap (bound − objective) / max(|bound|, 1e-12); 0 for exact methods."""
         return (self.bound - self.objective) / max(abs(self.bound), 1e-12)
+
+
+def kernel_loaded(kernel: str) -> bool:
+    """Whether the compiled ``oak.solve.<kernel>`` is loaded in this process: once it is, ``auto`` engines take it
+    at any size (each kernel gives the NumPy code's results bit for bit — tests/test_warm_start.py, run with and
+    without the widest SIMD kernels — so the choice changes only the time)."""
+    return f"oak.solve.{kernel}" in sys.modules
 
 
 def dp_states(capacity: IntArray) -> float:
@@ -205,12 +213,10 @@ def _solve_lagrangian_auto(
     bound, or the core DP, proves it optimal. Otherwise the cold procedure runs as if there were no warm start
     (so a round the cold procedure proves optimal is proved optimal warm too, and one it cannot prove gets the
     cold answer)."""
-    from oak.solve.core import solve_core
+    from oak.solve.core import MAX_CORE_JOBS, MAX_CORE_STATES, solve_core
     from oak.solve.lagrangian import build_hulls, solve_lagrangian
 
     hulls = build_hulls(problem)
-    from oak.solve.core import MAX_CORE_JOBS, MAX_CORE_STATES
-
     max_states, max_jobs = (MAX_CORE_STATES, MAX_CORE_JOBS) if exact else (2_000, 48)
     if warm is not None and len(warm) == len(problem.capacity) > 1 and bool(np.isfinite(warm).all()):
         first = solve_lagrangian(problem, start=warm, polish=False, hulls=hulls)
@@ -226,7 +232,7 @@ def _solve_lagrangian_auto(
     core = solve_core(problem, prices, bound, choice, max_states, max_jobs)
     if core is not None:
         return core, None, CORE_METHOD, prices, False
-    states = float(np.prod(problem.capacity.astype(np.float64) + 1.0))
+    states = dp_states(problem.capacity)
     if exact and states * problem.num_jobs * max(problem.value.shape[1], 1) <= DP_MAX_WORK:
         from oak.solve.dp import solve_dp_sequential
 

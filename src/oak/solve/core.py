@@ -16,12 +16,10 @@ to filter, then O(states × options) per undecided job.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from oak.model.snapshot import BoolArray, FloatArray, IntArray
-from oak.solve.assignment import AssignmentProblem, dot
+from oak.solve.assignment import AssignmentProblem, dot, kernel_loaded
 
 #: Give up (return None) when a step would hold more partial allocations than this.
 MAX_CORE_STATES = 20_000
@@ -102,8 +100,9 @@ def _core_dp(
 ) -> IntArray | str | None:
     """The best allocation of cost (Σ δ + λ·idle) ≤ ``budget``; "empty" when there is none, None when too big.
     ``engine``: ``numpy`` (the vectorised loop below), ``numba`` (the same programme compiled,
-    :mod:`oak.solve.core_kernel`: the same answer bit for bit, fewer than eight GPU types) or ``auto``: numba for
-    more than ``KERNEL_MIN_OPTIONS`` option entries (options × types) with fewer than eight types."""
+    :mod:`oak.solve.core_kernel`: the same answer bit for bit, fewer than eight GPU types) or ``auto``: numba with
+    fewer than eight types, for more than ``KERNEL_MIN_OPTIONS`` option entries (options × types) or once the kernel
+    is loaded."""
     n_jobs = problem.num_jobs
     n_types = len(problem.capacity)
     gpus = problem.gpus.astype(np.int64)
@@ -152,7 +151,7 @@ def _core_dp(
     if n_multi > 1:
         future[:-1] = np.cumsum(most[::-1], axis=0)[::-1][1:]
     room = capacity[None, :] - future
-    big = len(cfg_all) * n_types > KERNEL_MIN_OPTIONS or "oak.solve.core_kernel" in sys.modules
+    big = len(cfg_all) * n_types > KERNEL_MIN_OPTIONS or kernel_loaded("core_kernel")
     if engine == "numba" or (engine == "auto" and n_types < 8 and big):
         from oak.solve.core_kernel import FOUND, TOO_BIG, core_programme
 

@@ -38,13 +38,12 @@ types × 1,000 jobs and ≈ 0.1 s of CPU (≈ 0.18 s wall) at 4,096 × 4 × 4,00
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from oak.model.snapshot import BoolArray, FloatArray, IntArray
-from oak.solve.assignment import AssignmentProblem, dot
+from oak.solve.assignment import AssignmentProblem, dot, kernel_loaded
 
 #: Passes of coordinate descent over the prices, at most.
 MAX_PASSES = 60
@@ -150,12 +149,6 @@ def _grouped_points(problem: AssignmentProblem) -> tuple[FloatArray, FloatArray,
     return pv, np.maximum.accumulate(pw, axis=0), pc
 
 
-def _loaded(kernel: str) -> bool:
-    """Whether ``oak.solve.<kernel>`` is loaded in this process: once it is, ``auto`` takes it at any size (it
-    gives the NumPy code's results bit for bit, so the choice changes only the time)."""
-    return f"oak.solve.{kernel}" in sys.modules
-
-
 def build_hulls(problem: AssignmentProblem, engine: str = "auto") -> Hulls:
     """The rising part of the upper concave hull of each job's (GPUs, value) points per GPU type, origin included.
 
@@ -163,7 +156,8 @@ def build_hulls(problem: AssignmentProblem, engine: str = "auto") -> Hulls:
     vectorised across all (type, job) rows: each point in turn pops from its row's stack the points that are not
     strictly above the chord from the point beneath them to it, then is pushed. ``engine``: ``numpy`` (the
     vectorised loop), ``numba`` (the same chain compiled, :mod:`oak.solve.hull_kernel`; the same hulls bit for
-    bit) or ``auto``: numba when the rows hold more than ``KERNEL_MIN_POINTS`` points."""
+    bit) or ``auto``: numba when the rows hold more than ``KERNEL_MIN_POINTS`` points or the kernel is loaded
+    (:func:`oak.solve.assignment.kernel_loaded`)."""
     n_jobs = problem.num_jobs
     n_types = len(problem.capacity)
     pv, pw, pc = _grouped_points(problem)
@@ -173,7 +167,7 @@ def build_hulls(problem: AssignmentProblem, engine: str = "auto") -> Hulls:
     row_type = np.repeat(np.arange(n_types), n_jobs)  # row r = t·J + i
     rising = np.zeros(v_all.shape, dtype=bool)
     rising[1:] = v_all[1:] > np.maximum.accumulate(v_all, axis=0)[:-1]
-    if engine == "numba" or (engine == "auto" and (k_max * n_rows > KERNEL_MIN_POINTS or _loaded("hull_kernel"))):
+    if engine == "numba" or (engine == "auto" and (k_max * n_rows > KERNEL_MIN_POINTS or kernel_loaded("hull_kernel"))):
         from oak.solve.hull_kernel import hull_stacks
 
         stack, top = hull_stacks(v_all, np.ascontiguousarray(pw), row_type, rising)
@@ -310,9 +304,11 @@ def minimise_dual(
     between types; ``lp_polish`` finishes from there. ``warm``: ``prices`` are near the answer (the previous
     round's), so each line search first sorts only the thresholds near them. ``engine``: ``numpy``, ``numba``
     (the same search compiled, :mod:`oak.solve.price_kernel`: the same prices and passes) or ``auto``: numba
-    above ``KERNEL_MIN_POINTS`` hull points."""
+    above ``KERNEL_MIN_POINTS`` hull points or once the kernel is loaded."""
     n_types = hulls.value.shape[0]
-    if engine == "numba" or (engine == "auto" and (hulls.value.size > KERNEL_MIN_POINTS or _loaded("price_kernel"))):
+    if engine == "numba" or (
+        engine == "auto" and (hulls.value.size > KERNEL_MIN_POINTS or kernel_loaded("price_kernel"))
+    ):
         from oak.solve.price_kernel import minimise_dual_kernel
 
         start = np.zeros(n_types) if prices is None else np.asarray(prices, dtype=np.float64)

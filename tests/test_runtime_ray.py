@@ -25,6 +25,10 @@ from support.runtime import check_done  # noqa: E402  (same completion check as 
 
 pytestmark = [pytest.mark.xdist_group("ray")]
 
+# A bound on each wait for Ray (a reservation, an actor's start), not a time any test spends: starting a rank
+# actor means starting a Python worker process, which on a loaded 2-core CI machine has taken over 30 s.
+WAIT_S = 120.0
+
 TWO_JOBS = """
 jobs:
   - {name: a, model: tiny, target_steps: 120, min_gpus: 1, max_gpus: 2, submit_s: 0, batch_size: 32,
@@ -86,7 +90,7 @@ def _wait_for(cond: object, timeout_s: float) -> bool:
 def test_scheduler_completes_two_jobs_on_ray(tmp_path: Path) -> None:
     jobs = parse_jobs(TWO_JOBS, "two.yaml")
     opts = RuntimeOptions(devices=2, round_s=3.0, seed=3, tick_s=0.1, time_limit_s=150)
-    executor = RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
+    executor = RayExecutor(None, "cpu", 2, wait_timeout_s=WAIT_S)
     result = RuntimeScheduler(jobs, make_policy("oak"), tmp_path / "run", opts, executor=executor).run()
     assert all(j.jct_s is not None for j in result.jobs), result.jobs
     check_done(tmp_path / "run", {"a": 120, "b": 100})
@@ -123,7 +127,7 @@ def test_impossible_or_blocked_reservation_fails_fast_and_cleans_up(tmp_path: Pa
 def test_graceful_stop_then_killed_actor_makes_the_job_failed(tmp_path: Path) -> None:
     job = _jobs(LONG_JOBS)["x"]
     job_dir = tmp_path / "jobs" / "x"
-    executor = RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
+    executor = RayExecutor(None, "cpu", 2, wait_timeout_s=WAIT_S)
     try:
         # stop: SIGTERM through the actors → checkpoint → exit 0 → "stopped", group removed
         executor.launch(Launch(job, job_dir, (0,), 0))
@@ -152,8 +156,8 @@ def test_graceful_stop_then_killed_actor_makes_the_job_failed(tmp_path: Path) ->
 def test_reconcile_reports_and_removes_what_is_not_intended(tmp_path: Path) -> None:
     jobs = _jobs(LONG_JOBS)
     run_dir = tmp_path / "run"
-    executor = RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
-    stray = RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)  # e.g. a handle lost by an earlier scheduler
+    executor = RayExecutor(None, "cpu", 2, wait_timeout_s=WAIT_S)
+    stray = RayExecutor(None, "cpu", 2, wait_timeout_s=WAIT_S)  # e.g. a handle lost by an earlier scheduler
     stray.backend._swept = True  # running along: its first launch does not sweep the run's other groups
     try:
         executor.launch(Launch(jobs["x"], run_dir / "jobs" / "x", (0,), 0))
@@ -182,7 +186,7 @@ def test_gpu_run_on_a_cluster_without_gpus_is_refused() -> None:
     GPU runs, and --gpus auto (devices None) counts the cluster's GPUs, not the driver's."""
     for devices, asked in ((2, "the 2 devices asked for"), (None, "--gpus auto")):
         with pytest.raises(OakInputError, match=f"Ray cluster has 0 'GPU' in all, fewer than {asked}"):
-            RayExecutor(None, "gpu", devices, wait_timeout_s=30.0)
+            RayExecutor(None, "gpu", devices, wait_timeout_s=WAIT_S)
         assert ray.is_initialized()  # a Ray it did not start is left running
 
 
@@ -200,7 +204,7 @@ def test_command_jobs_run_on_ray_under_the_job_contract(tmp_path: Path) -> None:
     jobs = parse_jobs(text, "cmd.yaml")
     opts = RuntimeOptions(devices=2, round_s=3.0, tick_s=0.1, time_limit_s=240)
     sched = RuntimeScheduler(
-        jobs, make_policy("oak"), tmp_path / "run", opts, executor=RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
+        jobs, make_policy("oak"), tmp_path / "run", opts, executor=RayExecutor(None, "cpu", 2, wait_timeout_s=WAIT_S)
     )
     result = sched.run()
     assert all(j.jct_s is not None for j in result.jobs), result.jobs
@@ -220,7 +224,7 @@ def test_the_service_serves_on_ray(tmp_path: Path) -> None:
     count = str(Path(__file__).resolve().parent.parent / "examples" / "jobs" / "count.py")
     opts = RuntimeOptions(devices=2, round_s=2.0, tick_s=0.1, stop_timeout_s=20.0)
     sched = Service(
-        make_policy("oak"), tmp_path / "run", opts, executor=RayExecutor(None, "cpu", 2, wait_timeout_s=30.0)
+        make_policy("oak"), tmp_path / "run", opts, executor=RayExecutor(None, "cpu", 2, wait_timeout_s=WAIT_S)
     )
     thread = threading.Thread(target=sched.run, daemon=True)
     thread.start()

@@ -274,3 +274,55 @@ def test_failures_do_not_keep_a_job_from_doubling() -> None:
     assert RestartAwareOakPolicy(move_restart_factor="none").decide(snap).config[0] == four
     mover = dataclasses.replace(snap, failures=frozen_array([0], np.int64))  # the same restores, all its own moves
     assert make_policy("oak").decide(mover).config[0] == two
+
+
+def _two_waiting(remaining: tuple[float, float]) -> RoundSnapshot:
+    """Two jobs without GPUs, alike but for their remaining work, both valid only on the whole 12-GPU cluster."""
+    base = random_snapshot(np.random.default_rng(5), PAPER_12, 2)
+    gpus = np.asarray(base.config_gpus)
+    valid = np.repeat((gpus == 12)[None, :], 2, axis=0)
+    goodput = np.where(valid, 1.0, 0.0)
+    return dataclasses.replace(
+        base,
+        goodput=frozen_array(goodput, np.float64),
+        progress_rate=frozen_array(goodput * 10.0, np.float64),
+        valid=frozen_array(valid, bool),
+        current=frozen_array([-1, -1], np.int64),
+        restoring=frozen_array([False, False], bool),
+        remaining_work=frozen_array(remaining, np.float64),
+        kept=None,
+        tie_config=None,
+    )
+
+
+@pytest.mark.parametrize("order", [(1e6, 1e4), (1e4, 1e6)])
+def test_the_job_closer_to_its_end_is_admitted_first(order: tuple[float, float]) -> None:
+    """Admission cost by remaining time: of two otherwise equal jobs that cannot both run, the one with less work
+    left takes the GPUs, in either order; with one θ for all (``remaining_exponent=0``) they tie."""
+    snap = _two_waiting(order)
+    short = int(np.argmin(order))
+    alloc = RestartAwareOakPolicy(max_wait_s=math.inf).decide(snap)
+    assert alloc.config[short] >= 0 and alloc.config[1 - short] < 0
+    flat = RestartAwareOakPolicy(max_wait_s=math.inf, remaining_exponent=0).decide(snap)
+    assert flat.values is not None
+    assert flat.values[0].max() == flat.values[1].max()
+
+
+def test_admission_costs_follow_remaining_time_and_are_scale_free() -> None:
+    from oak.policies.restart_aware import THETA_MAX, admission_costs
+
+    snap = random_snapshot(np.random.default_rng(11), PAPER_12, 6)
+    work = np.array([1e3, 1e4, 1e5, 1e6, 1e7, 0.0])
+    snap = dataclasses.replace(snap, remaining_work=frozen_array(work, np.float64))
+    cost = admission_costs(snap, 0.5, 0.5)
+    rate = np.where(snap.valid, snap.progress_rate, 0).max(axis=1)
+    assert np.all(rate > 0)
+    order = np.argsort(work[:5] / rate[:5])
+    assert np.all(np.diff(cost[:5][order]) >= 0)  # longer left, dearer admission
+    assert len(set(cost[:5].round(12))) > 1 and cost[5] == 0.5  # they differ; no work left: plain θ
+    assert np.all((cost >= 0) & (cost <= THETA_MAX))
+    scaled = dataclasses.replace(snap, remaining_work=frozen_array(work * 1000.0, np.float64))
+    np.testing.assert_allclose(admission_costs(scaled, 0.5, 0.5), cost, rtol=1e-12)  # seconds cancel
+    assert np.all(admission_costs(snap, 0.5, 0.0) == 0.5)
+    with pytest.raises(OakInputError, match="remaining_exponent"):
+        RestartAwareOakPolicy(remaining_exponent=-1)

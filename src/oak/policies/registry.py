@@ -117,7 +117,10 @@ def _drf(**kw: Any) -> Policy:
 _SPECS = (
     PolicySpec(
         "oak",
-        "OAK as shipped: (G·m)^p − θ, measured restart and switching cost only on moves, restores kept, exact MILP",
+        (
+            "OAK as shipped: (G·m)^p − θ_i (θ by remaining time), measured restart and switching cost only on "
+            "moves, restores kept, exact MILP"
+        ),
         "OAK (product)",
         _oak,
         frozenset({"p", "solver"}),

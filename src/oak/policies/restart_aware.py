@@ -2,9 +2,9 @@
 
 Each round it solves one exact program over (job, configuration) pairs, as the paper's OAK does:
 
-    max Σ_ij x_ij · (U_ij − θ),   U_ij = (G_ij · m_ij)^p · K_i,   Σ_j x_ij ≤ 1,   GPUs per type ≤ capacity
+    max Σ_ij x_ij · (U_ij − θ_i),   U_ij = (G_ij · m_ij)^p · K_i,   Σ_j x_ij ≤ 1,   GPUs per type ≤ capacity
 
-with three departures from the literal reading, each measured (docs/model.md, "The product's OAK"):
+with these departures from the literal reading, each measured (docs/model.md, "The product's OAK"):
 
 * **Staying is free, moving pays.** m_ij = 1 for the configuration a job holds now, and for every configuration of
   a job that holds none (its restart is unavoidable); for a running job's other configurations
@@ -21,6 +21,11 @@ with three departures from the literal reading, each measured (docs/model.md, "T
   would outlast the job's remaining run, is floored at MIN_MOVE_VALUE > 0; θ > 0 lets the solver prefer one job
   on more GPUs to several on the minimum. The paper's μ_na = 1.1 > 1 *earns* 1.1 for leaving a job out, so a job
   whose U drops below 1.1 is preempted until its age key lifts it back: a thrash loop.
+* **Admission costs more the longer a job has left.** θ_i = min(θ·(R_i/R̄)^q, 0.95) (``admission_costs``): R_i the
+  job's remaining time at its best rate, R̄ the round's geometric mean, q = ``remaining_exponent`` (0.5). A job
+  near its end is admitted cheaply, since its GPUs come back soon; a long one pays more and is admitted where it
+  runs efficiently. The values of a job's configurations keep their differences, so how many GPUs it gets, once
+  admitted, still follows its goodput.
 * **A restore is not interrupted**: a job inside its restore delay keeps its configuration (as Sia does).
 * **Waiting is bounded** (the waiting guard): a job that has waited ``max_wait_s`` at a stretch (since it arrived
   or last held GPUs) is *starving*. Starving jobs are admitted first, longest wait first, each on its smallest
@@ -80,6 +85,36 @@ def switching_factor(snap: RoundSnapshot) -> FloatArray:
 #: What the restart factor on a move is measured from (``RestartAwareOakPolicy.move_restart_factor``): the restore
 #: time of the job's own moves, all its restore time (failures' too), or no restart factor (s alone).
 MOVE_RESTART_FACTORS = ("moves", "all", "none")
+
+
+#: the highest admission cost a job can be given (θ_i < 1 keeps every valid configuration above idling)
+THETA_MAX = 0.95
+
+
+def remaining_times(snap: RoundSnapshot) -> FloatArray:
+    """(J,) R_i = remaining work / the job's best rate over its valid configurations (s): how long the job has
+    left at its fastest; NaN where it has no valid configuration or no work left."""
+    rate = np.where(snap.valid, snap.progress_rate, 0.0).max(axis=1, initial=0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where((rate > 0) & (snap.remaining_work > 0), snap.remaining_work / rate, np.nan)
+    return np.asarray(r, dtype=np.float64)
+
+
+def admission_costs(snap: RoundSnapshot, theta: float, exponent: float) -> FloatArray:
+    """(J,) θ_i = min(θ·(R_i / R̄)^q, THETA_MAX), q = ``exponent``: a job's admission cost grows with its remaining
+    time R_i (``remaining_times``) relative to R̄, the geometric mean of R over the round's jobs. A job about to
+    finish is admitted cheaply (its GPUs come back soon); a long one pays more, so it is admitted where it runs
+    efficiently. Scale-free (seconds cancel); q = 0 gives θ for every job."""
+    out = np.full(snap.num_jobs, float(theta))
+    if exponent == 0 or snap.num_jobs == 0:
+        return out
+    r = remaining_times(snap)
+    ok = np.isfinite(r)
+    if not ok.any():
+        return out
+    ref = float(np.exp(np.mean(np.log(r[ok]))))
+    out[ok] = np.minimum(theta * (r[ok] / ref) ** exponent, max(THETA_MAX, theta))
+    return out
 
 
 def move_restore_time(snap: RoundSnapshot) -> FloatArray:
@@ -174,6 +209,10 @@ class RestartAwareOakPolicy(PolicyBase):
     #: value each configuration net of what failures and checkpoints cost there (``snap.failure_overhead``); off:
     #: measured no better (docs/checkpoint-study.md), kept as the ablation
     failure_overhead: bool = False
+    #: q: each job's admission cost is θ·(R_i/R̄)^q (``admission_costs``: R its remaining time at its best rate, R̄
+    #: the round's geometric mean), at most THETA_MAX; 0: θ for every job (the rule before). docs/model.md,
+    #: "Admission cost by remaining time"
+    remaining_exponent: float = 0.5
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.p) and self.p >= 0):
@@ -192,6 +231,10 @@ class RestartAwareOakPolicy(PolicyBase):
         if self.move_restart_factor not in MOVE_RESTART_FACTORS:
             raise OakInputError(
                 f"oak: move_restart_factor={self.move_restart_factor!r}; expected one of {', '.join(MOVE_RESTART_FACTORS)}"
+            )
+        if not (math.isfinite(self.remaining_exponent) and self.remaining_exponent >= 0):
+            raise OakInputError(
+                f"oak: remaining_exponent={self.remaining_exponent!r}; expected a finite number >= 0 (0: one θ for all)"
             )
         if not (math.isfinite(self.guard_run_s) and self.guard_run_s >= 0):
             raise OakInputError(f"oak: guard_run_s={self.guard_run_s!r}; expected a finite number of seconds >= 0")
@@ -223,7 +266,8 @@ class RestartAwareOakPolicy(PolicyBase):
     def decide(self, snap: RoundSnapshot) -> Allocation:
         # a move is never worth less than idling (MIN_MOVE_VALUE): a job displaced from its configuration takes
         # GPUs it fits rather than wait beside them, however little of its run a restore leaves (s → 0)
-        value = np.where(snap.valid, np.maximum(self.utility(snap) - self.theta, MIN_MOVE_VALUE), 0.0)
+        cost = admission_costs(snap, self.theta, self.remaining_exponent)
+        value = np.where(snap.valid, np.maximum(self.utility(snap) - cost[:, None], MIN_MOVE_VALUE), 0.0)
         kept = forced_configs(snap, kept_while_restoring(snap) if self.keep_restoring else None)
         forced = kept if kept is not None else np.full(snap.num_jobs, -1, dtype=np.int64)
         ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None

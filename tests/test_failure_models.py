@@ -214,16 +214,21 @@ def test_failure_aware_placement_prefers_healthy_nodes() -> None:
     assert place(c, [one], [(8, 9)], [one], health=[0, 0, 9]) == [(8, 9)]
 
 
-def test_failure_aware_oak_loses_less_under_lemon_nodes() -> None:
-    """The ablation on one stormy lemon cluster: the same hardware events, less GPU-time lost when oak places
-    new work away from the nodes it saw fail (the paper model is unaffected: no node events, no health)."""
+def test_failure_aware_oak_meets_the_same_events_and_acts_under_lemon_nodes() -> None:
+    """The ablation on one stormy lemon cluster: for each seed both meet the same hardware events, and placing new
+    work away from the nodes it saw fail changes what oak loses in some seed. Whether it loses *less* depends on
+    the seed (docs/failures.md: over 8 seeds it is ahead in some, behind in others); that placement prefers the
+    healthier nodes is tested above."""
     sim = _sim("lemon:scale=3000,lemon_fraction=0.34,lemon_factor=20")
-    aware = sim.run(make_policy("oak"), 0.0, 1)
-    unaware = sim.run(make_policy("oak", failure_aware=False), 0.0, 1)
     assert make_policy("oak").avoids_failing_nodes and not make_policy("oak", failure_aware=False).avoids_failing_nodes
-    end = min(aware.end_time_s, unaware.end_time_s)
-    assert [t for t in aware.hardware_events if t <= end] == [t for t in unaware.hardware_events if t <= end]
-    assert aware.summary()["lost_gpu_hours"] < unaware.summary()["lost_gpu_hours"]
+    lost = []
+    for seed in range(2):
+        aware = sim.run(make_policy("oak"), 0.0, seed)
+        unaware = sim.run(make_policy("oak", failure_aware=False), 0.0, seed)
+        end = min(aware.end_time_s, unaware.end_time_s)
+        assert [t for t in aware.hardware_events if t <= end] == [t for t in unaware.hardware_events if t <= end]
+        lost.append((aware.summary()["lost_gpu_hours"], unaware.summary()["lost_gpu_hours"]))
+    assert any(a != u for a, u in lost), lost
 
 
 def test_events_at_the_start_of_an_interval_are_not_dropped() -> None:

@@ -326,3 +326,96 @@ def test_admission_costs_follow_remaining_time_and_are_scale_free() -> None:
     assert np.all(admission_costs(snap, 0.5, 0.0) == 0.5)
     with pytest.raises(OakInputError, match="remaining_exponent"):
         RestartAwareOakPolicy(remaining_exponent=-1)
+
+
+def test_a_job_of_unknown_length_pays_the_plain_admission_cost() -> None:
+    """A runtime's command job that has not reported its length and speed (``work_known`` False) pays θ and is
+    left out of the reference R̄: its placeholder work (a few steps) does not make it look about to finish."""
+    from oak.policies.restart_aware import admission_costs
+
+    snap = dataclasses.replace(_two_waiting((1e4, 10.0)), work_known=frozen_array([True, False], bool))
+    cost = admission_costs(snap, 0.5, 0.5)
+    assert cost[1] == 0.5 and cost[0] == pytest.approx(0.5)  # the known job alone: its own reference
+    alloc = RestartAwareOakPolicy(max_wait_s=math.inf).decide(
+        dataclasses.replace(_two_waiting((1e4, 10.0)), work_known=None)
+    )
+    assert alloc.config[1] >= 0  # taken at its word, the 10-unit job would go first
+
+
+def test_length_known_only_once_a_command_job_reports_it() -> None:
+    from oak.runtime.jobs_file import parse_jobs
+    from oak.runtime.learned import LearnedGoodput
+    from oak.runtime.store import JobRecord
+
+    text = (
+        "jobs:\n  - {name: c, command: [python, x.py], max_gpus: 2}\n"
+        "  - {name: t, command: [python, x.py], target_steps: 50, max_gpus: 2}\n"
+        "  - {name: w, model: tiny, target_steps: 50, max_gpus: 2}\n"
+    )
+    c, t, w = parse_jobs(text, "j.yaml").jobs
+    assert LearnedGoodput.length_known(w, None)  # a packaged worker: target steps and catalog speed
+    assert not LearnedGoodput.length_known(c, None) and not LearnedGoodput.length_known(t, None)
+    r = JobRecord(name="t")
+    assert not LearnedGoodput.length_known(t, r)  # its length is declared, its speed not yet measured
+    r.steplog = {"version": 1, "entries": []}
+    assert not LearnedGoodput.length_known(t, r)  # a log without entries
+    r.steplog = {"version": 1, "entries": [{"nodes": 1, "replicas": 1, "local_bsz": 64, "elapsed_s": 2.0, "steps": 10}]}
+    assert LearnedGoodput.length_known(t, r)
+    r.total_steps = 0
+    assert not LearnedGoodput.length_known(c, r)  # measured speed, unknown length
+    r.total_steps = 300
+    assert LearnedGoodput.length_known(c, r)
+
+
+def test_a_running_job_is_not_displaced_for_being_long() -> None:
+    """A job that holds GPUs pays at most θ: a waiting job longer than the round's typical one (θ_1 > θ) does
+    not preempt a running job that is longer still, as it would if the running job paid its own θ_0 > θ_1. Jobs
+    0 and 1 fit only on 8 GPUs (not both at once), job 2 on 4 beside either; remaining times 1e4, 5e3, 1e3 s."""
+    from oak.policies.restart_aware import admission_costs
+
+    base = random_snapshot(np.random.default_rng(7), PAPER_12, 3)
+    gpus = np.asarray(base.config_gpus)
+    valid = np.stack([gpus == 8, gpus == 8, gpus == 4])
+    goodput = np.where(valid, 1.0, 0.0)
+    eight = int(np.flatnonzero(gpus == 8)[0])
+    snap = dataclasses.replace(
+        base,
+        goodput=frozen_array(goodput, np.float64),
+        progress_rate=frozen_array(goodput * 10.0, np.float64),
+        valid=frozen_array(valid, bool),
+        current=frozen_array([eight, -1, -1], np.int64),
+        restoring=frozen_array([False] * 3, bool),
+        remaining_work=frozen_array([1e5, 5e4, 1e4], np.float64),
+        kept=None,
+        tie_config=None,
+    )
+    cost = admission_costs(snap, 0.5, 0.5)
+    assert cost[0] == 0.5 and 0.5 < cost[1] < 0.95 and cost[2] < 0.5
+    alloc = RestartAwareOakPolicy(max_wait_s=math.inf).decide(snap)
+    assert alloc.config[0] == eight and alloc.config[1] < 0 and alloc.config[2] >= 0
+    # the same round with job 0 waiting too: job 1, the shorter, is admitted
+    idle = dataclasses.replace(snap, current=frozen_array([-1, -1, -1], np.int64))
+    alloc = RestartAwareOakPolicy(max_wait_s=math.inf).decide(idle)
+    assert alloc.config[0] < 0 and alloc.config[1] >= 0
+
+
+def test_a_replayed_command_job_is_of_unknown_length_until_it_has_measured_steps() -> None:
+    """``oak replay`` models what the runtime knew: a learned (command) job's length and speed are placeholders
+    (``work_known`` False) until it has run and measured a step time; the other jobs' are known throughout."""
+    wl = load_workload("small")
+    learn = wl.jobs[1].name
+    seen: list[tuple[bool, bool]] = []
+
+    def observe(snap: RoundSnapshot, alloc: Allocation, *_: object) -> None:
+        if learn in snap.job_names:
+            assert snap.work_known is not None
+            i = snap.job_names.index(learn)
+            others = [k for k in range(snap.num_jobs) if k != i]
+            assert snap.work_known[others].all()
+            seen.append((bool(snap.work_known[i]), bool(snap.current[i] >= 0)))
+
+    Simulator(wl, learn={learn}).run(make_policy("oak"), 0.0, 0, on_round=observe)
+    assert seen[0] == (False, False)  # before its first start
+    assert any(known for known, _ in seen)  # once it has measured steps
+    first = next(k for k, (known, _) in enumerate(seen) if known)
+    assert any(running for _, running in seen[:first])  # it ran before its length counted

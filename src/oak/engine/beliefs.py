@@ -39,7 +39,7 @@ from oak.goodput.batch import BatchGrid
 from oak.goodput.online import StepSample, fit_online, linear_scaling_prior
 from oak.goodput.table import GoodputTable
 from oak.goodput.throughput import ThroughputParams
-from oak.model.snapshot import FloatArray, IntArray
+from oak.model.snapshot import BoolArray, FloatArray, IntArray
 
 #: Significant digits kept of each fitted parameter (see the module docstring).
 PARAM_DIGITS = 7
@@ -72,6 +72,8 @@ class JobBelief:
     fits: int = 0
     #: bootstrapped (even where no GPU type gave a sample: the job is not measured again each round)
     booted: bool = False
+    #: has measured a step time while it ran (``Beliefs.observe``; a bootstrap's profiling sample is not one)
+    measured: bool = False
 
     def believed_profile(self) -> AppProfile:
         if self.profile is None:
@@ -110,10 +112,16 @@ class Beliefs:
     def observe(self, i: int, gpu_type: str, sample: StepSample) -> None:
         """Add a measurement of job ``i`` on ``gpu_type`` and refit its belief there."""
         b = self.jobs[i]
+        b.measured = True
         b.samples.setdefault(gpu_type, []).append(sample)
         b.seen.add((gpu_type, sample.nodes, sample.replicas))
         self._fit(b, gpu_type)
         self._invalidate(b)
+
+    def work_known(self, idx: IntArray) -> BoolArray | None:
+        """(len(idx),) whether each job's length and speed rest on data (``RoundSnapshot.work_known``); None: all
+        do (under ``--goodput learned`` a job starts from its application's catalog model and its known length)."""
+        return None
 
     def rows(
         self, idx: IntArray, epochs: IntArray, fraction: FloatArray | None = None
@@ -180,6 +188,11 @@ class RunBeliefs(Beliefs):
 
     def seen(self, i: int, gpu_type: str, nodes: int, replicas: int) -> bool:
         return not self.learn[i] or super().seen(i, gpu_type, nodes, replicas)  # only learned jobs measure
+
+    def work_known(self, idx: IntArray) -> BoolArray | None:
+        """A learned (command) job's length and speed are placeholders to the run's scheduler until it has
+        reported step times from a run, as ``oak.runtime.learned.LearnedGoodput.length_known`` says of the runtime."""
+        return np.array([not self.learn[i] or self.jobs[i].measured for i in idx.tolist()], dtype=bool)
 
     def rows(
         self, idx: IntArray, epochs: IntArray, fraction: FloatArray | None = None

@@ -69,6 +69,9 @@ class JobsState:
     policy_state: object = None
     #: (T,) the previous round's per-GPU-type prices (``Allocation.prices``): the next round's warm start
     solver_prices: np.ndarray | None = None
+    #: (N,) whether each job's remaining work and rates are measured or declared, not placeholders (a command
+    #: job of unknown length, or one that has reported no step time yet); None: every job's are
+    work_known: np.ndarray | None = None
     #: the most GPUs each job has run on (the exploration cap's reference); 0: never ran
     max_run_gpus: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     #: failed jobs that keep their GPUs without progress until their allocation changes (failure_mode "ghost")

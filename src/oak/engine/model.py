@@ -20,7 +20,14 @@ from oak.goodput.table import GoodputTable
 from oak.model.cluster import Cluster, cluster_preset
 from oak.model.config import Configuration, sia_configurations
 from oak.model.job import JobSpec
-from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array, kept_current, kept_while_restoring
+from oak.model.snapshot import (
+    Allocation,
+    BoolArray,
+    RoundSnapshot,
+    frozen_array,
+    kept_current,
+    kept_while_restoring,
+)
 from oak.placement import place, place_replicas
 from oak.placement.placer import GpuSet
 from oak.workloads import Workload
@@ -148,6 +155,15 @@ class ClusterModel:
         self.shape_config = np.full(len(shapes), -1, dtype=np.int64)
         self.shape_config[self.config_shape] = np.arange(len(self.configs))
 
+    @staticmethod
+    def _work_known(st: JobsState, active: np.ndarray) -> BoolArray | None:
+        """The world's word (a runtime's ``JobsState.work_known``), else the beliefs' (``oak replay``), else None."""
+        known = st.work_known[active] if st.work_known is not None else None
+        if known is None and st.beliefs is not None:
+            known = st.beliefs.work_known(active)
+        out: BoolArray | None = None if known is None else frozen_array(known, bool)
+        return out
+
     def snapshot(self, st: JobsState, t: float, active: np.ndarray, needs_node_goodput: bool = False) -> RoundSnapshot:
         """The policy's view of the active jobs at time t."""
         e = self.tables.epochs(active, st.progress[active])
@@ -233,6 +249,7 @@ class ClusterModel:
             node_goodput=None if node_goodput is None else frozen_array(node_goodput, np.float64),
             policy_state=st.policy_state,
             solver_prices=st.solver_prices,
+            work_known=self._work_known(st, active),
             failure_overhead=None
             if st.failure_overhead is None
             else frozen_array(np.where(valid, st.failure_overhead[active], 0.0), np.float64),

@@ -55,6 +55,9 @@ class RoundSnapshot:
     (``preferred_configs``) as they keep a job where it is on a tie.
     solver_prices: (T,) the per-GPU-type prices of the previous round's program (``Allocation.prices``), None at
     first: a policy hands them to ``AssignmentProblem.warm_prices`` to start the price search near the answer.
+    work_known: (J,) whether a job's ``remaining_work`` and ``progress_rate`` rest on a declared or reported length
+    and measured or profiled speed, or are placeholders (a runtime's command job before it reports its total
+    and step times); None: every job's do.
     """
 
     time_s: float
@@ -92,6 +95,7 @@ class RoundSnapshot:
     failure_overhead: FloatArray | None = None
     tie_config: IntArray | None = None
     solver_prices: FloatArray | None = None
+    work_known: BoolArray | None = None
 
     @property
     def num_jobs(self) -> int:

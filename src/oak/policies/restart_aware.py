@@ -24,8 +24,9 @@ with these departures from the literal reading, each measured (docs/model.md, "T
 * **Admission costs more the longer a job has left.** θ_i = min(θ·(R_i/R̄)^q, 0.95) (``admission_costs``): R_i the
   job's remaining time at its best rate, R̄ the round's geometric mean, q = ``remaining_exponent`` (0.5). A job
   near its end is admitted cheaply, since its GPUs come back soon; a long one pays more and is admitted where it
-  runs efficiently. The values of a job's configurations keep their differences, so how many GPUs it gets, once
-  admitted, still follows its goodput.
+  runs efficiently; a job that holds GPUs pays at most θ, so it is not displaced for being long. The values of a
+  job's configurations keep their differences, so how many GPUs it gets, once admitted, still follows its
+  goodput. A job whose length or speed is a placeholder (``RoundSnapshot.work_known``) pays θ.
 * **A restore is not interrupted**: a job inside its restore delay keeps its configuration (as Sia does).
 * **Waiting is bounded** (the waiting guard): a job that has waited ``max_wait_s`` at a stretch (since it arrived
   or last held GPUs) is *starving*. Starving jobs are admitted first, longest wait first, each on its smallest
@@ -93,10 +94,14 @@ THETA_MAX = 0.95
 
 def remaining_times(snap: RoundSnapshot) -> FloatArray:
     """(J,) R_i = remaining work / the job's best rate over its valid configurations (s): how long the job has
-    left at its fastest; NaN where it has no valid configuration or no work left."""
+    left at its fastest; NaN where it has no valid configuration or no work left, or where the snapshot says its
+    work or speed are placeholders (``RoundSnapshot.work_known``)."""
     rate = np.where(snap.valid, snap.progress_rate, 0.0).max(axis=1, initial=0.0)
+    known = (rate > 0) & (snap.remaining_work > 0)
+    if snap.work_known is not None:
+        known &= snap.work_known
     with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where((rate > 0) & (snap.remaining_work > 0), snap.remaining_work / rate, np.nan)
+        r = np.where(known, snap.remaining_work / rate, np.nan)
     return np.asarray(r, dtype=np.float64)
 
 
@@ -104,7 +109,9 @@ def admission_costs(snap: RoundSnapshot, theta: float, exponent: float) -> Float
     """(J,) θ_i = min(θ·(R_i / R̄)^q, THETA_MAX), q = ``exponent``: a job's admission cost grows with its remaining
     time R_i (``remaining_times``) relative to R̄, the geometric mean of R over the round's jobs. A job about to
     finish is admitted cheaply (its GPUs come back soon); a long one pays more, so it is admitted where it runs
-    efficiently. Scale-free (seconds cancel); q = 0 gives θ for every job."""
+    efficiently. A job that holds GPUs pays at most θ: once admitted it is not displaced for being long, so a
+    shorter job preempts it only when it is shorter than the round's typical job, not whenever two remaining
+    times differ. Scale-free (seconds cancel); q = 0 gives θ for every job."""
     out = np.full(snap.num_jobs, float(theta))
     if exponent == 0 or snap.num_jobs == 0:
         return out
@@ -114,7 +121,7 @@ def admission_costs(snap: RoundSnapshot, theta: float, exponent: float) -> Float
         return out
     ref = float(np.exp(np.mean(np.log(r[ok]))))
     out[ok] = np.minimum(theta * (r[ok] / ref) ** exponent, max(THETA_MAX, theta))
-    return out
+    return np.where(snap.current >= 0, np.minimum(out, theta), out)
 
 
 def move_restore_time(snap: RoundSnapshot) -> FloatArray:

@@ -112,6 +112,16 @@ class LearnedGoodput:
         return min(r.step / self.total(job, r), 1.0)
 
     @staticmethod
+    def length_known(job: RuntimeJob, r: JobRecord | None) -> bool:
+        """Whether the job's remaining time rests on data: a packaged worker's (target steps, catalog speed), or a
+        command job's once its total steps are known and it has reported step times (before that its total and
+        speed are placeholders: ``_unknown_total``, ``NOMINAL_STEP_S``)."""
+        if not job.is_command:
+            return True
+        known = job.target_steps or (r.total_steps if r is not None else 0)
+        return known > 0 and bool(LearnedGoodput.samples(r))
+
+    @staticmethod
     def total(job: RuntimeJob, r: JobRecord | None) -> int:
         """Steps to completion as the model uses it (see the module)."""
         step = r.step if r is not None else 0

@@ -953,6 +953,7 @@ class RuntimeScheduler:
     def _fill_state(self, records: list[JobRecord], st: JobsState) -> None:
         total = self.model.total
         st.pinned = np.zeros(len(records), dtype=bool)
+        st.work_known = np.array([self.learned.length_known(j, r) for j, r in zip(self.jobs, records, strict=True)])
         for i, (job, r) in enumerate(zip(self.jobs, records, strict=True)):
             st.arrived[i] = r.arrived
             st.pinned[i] = i in self._live.stopping  # holds its devices until it exits, even if cancelled

@@ -27,6 +27,8 @@ from support.runtime import processes_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "local-cluster"
+#: how long ``_all_up`` waits for a node before reviving it again
+REVIVE_AFTER_S = 30.0
 CLUSTER_DIR = Path(os.environ.get("OAK_CLUSTER_DIR", "/tmp/oak-local-cluster"))
 DDP = ROOT / "examples" / "jobs" / "ddp_mlp.py"
 
@@ -155,10 +157,16 @@ def _node_up(backend: str, node: str, env: dict[str, str]) -> bool:
 
 def _all_up(backend: str, env: dict[str, str], timeout_s: float = 180.0) -> None:
     """Wait until the cluster lists every node up again (SLURM returns a node it had marked not responding at
-    its next ping)."""
+    its next ping). A node still down after REVIVE_AFTER_S is revived again: on a loaded 2-core machine Ray's GCS
+    has declared a healthy, just revived raylet dead (missed health checks) and that raylet exits for good."""
     deadline = time.monotonic() + timeout_s
-    while _up_nodes(backend, env) != {"node1", "node2", "node3"}:
+    revive_at = time.monotonic() + REVIVE_AFTER_S
+    while (up := _up_nodes(backend, env)) != {"node1", "node2", "node3"}:
         assert time.monotonic() < deadline, f"{backend}: not every node is up again within {timeout_s:g} s"
+        if time.monotonic() >= revive_at:
+            for node in sorted({"node1", "node2", "node3"} - up):
+                _fault("revive", node)
+            revive_at = time.monotonic() + REVIVE_AFTER_S
         time.sleep(1.0)
 
 

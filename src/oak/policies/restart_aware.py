@@ -96,7 +96,7 @@ def remaining_times(snap: RoundSnapshot) -> FloatArray:
     """(J,) R_i = remaining work / the job's best rate over its valid configurations (s): how long the job has
     left at its fastest; NaN where it has no valid configuration or no work left, or where the snapshot says its
     work or speed are placeholders (``RoundSnapshot.work_known``)."""
-    rate = np.where(snap.valid, snap.progress_rate, 0.0).max(axis=1, initial=0.0)
+    rate = snap.progress_rate.max(axis=1, initial=0.0)  # 0 where invalid (RoundSnapshot)
     known = (rate > 0) & (snap.remaining_work > 0)
     if snap.work_known is not None:
         known &= snap.work_known

@@ -459,6 +459,122 @@ def bench_sim(
         )
 
 
+@bench_app.command("sweep")
+def bench_sweep(
+    workload: Annotated[str, typer.Option(help="Workload (embedded name or CSV path).")] = "medium",
+    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "oak,oak-paper,sia,gavel",
+    failure_rates: Annotated[str, typer.Option(help="Comma-separated λ values.")] = "0.05,0.1",
+    seeds: Annotated[int, typer.Option(help="Seeds per cell.")] = 3,
+    cluster: Annotated[str, typer.Option(help="Cluster preset.")] = "paper-12",
+    workers: Annotated[int, typer.Option(help="Pool workers (the reference is one process).")] = 2,
+    repeat: Annotated[int, typer.Option(help="Times to run each of the three, alternating; medians shown.")] = 1,
+    json_path: JsonOpt = None,
+) -> None:
+    """A sweep of ``oak compare`` (policies × λ × seeds) run three ways in this process, alternating: one process
+    (the reference), a pool of ``--workers`` taking the runs in the sweep's order, and the pool taking them
+    longest first (what ``oak compare`` and ``oak reproduce`` do). Reports each one's wall time, the speed-up
+    over one process, and the pool's overhead: wall time beyond the best a pool could do with the runs' own
+    times (the larger of their sum over the workers and the longest run) — start-up, result transfer and idle
+    workers at the end."""
+    import statistics
+
+    from oak.cli.main import _check_spec, _floats, _policy_params
+    from oak.io_util import write_json
+    from oak.sim.compare import RunSpec, run_one, run_pool
+
+    names = [x.strip() for x in policies.split(",") if x.strip()]
+    if not names:
+        fail("--policies: expected at least one policy name")
+    lams = _floats(failure_rates, "--failure-rates")
+    for opt, v in (("--seeds", seeds), ("--workers", workers), ("--repeat", repeat)):
+        if v < 1:
+            fail(f"{opt} {v}: expected a positive integer")
+    params = _policy_params(names, "auto")
+    specs = [
+        RunSpec(pol, workload, lam, seed, cluster, policy_params=params[pol])
+        for lam in lams
+        for pol in names
+        for seed in range(seeds)
+    ]
+    for spec in {(x.policy, x.failure_rate): x for x in specs}.values():
+        _check_spec(spec)
+
+    def serial() -> list[Any]:
+        return [run_one(x) for x in specs]
+
+    def pooled(order: str) -> list[Any]:
+        got: list[Any] = [None] * len(specs)
+
+        def done(i: int, res: Any) -> None:
+            got[i] = res
+
+        run_pool(specs, workers, done, order)
+        return got
+
+    ways: list[tuple[str, Any]] = [
+        ("1 process", serial),
+        (f"{workers} workers, in order", lambda: pooled("in-order")),
+        (f"{workers} workers, longest first", lambda: pooled("longest-first")),
+    ]
+    walls: dict[str, list[float]] = {name: [] for name, _ in ways}
+    busy: dict[str, list[float]] = {name: [] for name, _ in ways}
+    longest: dict[str, list[float]] = {name: [] for name, _ in ways}
+    jcts: dict[str, list[Any]] = {}
+    for _ in range(repeat):
+        for name, fn in ways:
+            t0 = time.perf_counter()
+            res = fn()
+            walls[name].append(time.perf_counter() - t0)
+            busy[name].append(float(sum(r.wall_s for r in res)))
+            longest[name].append(float(max(r.wall_s for r in res)))
+            jcts.setdefault(name, [[j.jct_s for j in r.jobs] for r in res])
+    ref = statistics.median(walls[ways[0][0]])
+    rows = []
+    for name, _ in ways:
+        n = 1 if name == ways[0][0] else workers
+        wall = statistics.median(walls[name])
+        floor = statistics.median(max(b / n, m) for b, m in zip(busy[name], longest[name], strict=True))
+        rows.append(
+            {
+                "way": name,
+                "workers": n,
+                "wall_s": wall,
+                "speedup": ref / wall,
+                "runs_s": statistics.median(busy[name]),
+                "floor_s": floor,
+                "overhead_s": wall - floor,
+                "same_results": jcts[name] == jcts[ways[0][0]],
+            }
+        )
+    table = Table(
+        title=f"sweep: {len(specs)} runs ({', '.join(names)} × λ {failure_rates} × {seeds} seeds on {workload})"
+    )
+    for col in (
+        "way",
+        "wall (s)",
+        "speed-up",
+        "runs' own time (s)",
+        "best possible (s)",
+        "overhead (s)",
+        "same results",
+    ):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["way"]),
+            f"{r['wall_s']:.1f}",
+            f"{r['speedup']:.2f}x",
+            f"{r['runs_s']:.1f}",
+            f"{r['floor_s']:.1f}",
+            f"{r['overhead_s']:.1f}",
+            "yes" if r["same_results"] else "NO",
+        )
+    console.print(table)
+    console.print(f"medians of {repeat} alternating repeat(s); the runs' own time is the sum of their wall times")
+    if json_path is not None:
+        write_json(Path(json_path), {"runs": len(specs), "repeat": repeat, "ways": rows, "walls": walls})
+
+
 class _PairedPolicy:
     """A policy that decides each round as ``inner`` does (warm-started from the snapshot's prices) and also
     solves the same snapshot cold (``solver_prices=None``), recording how the two answers compare."""

@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Any
 
 from oak.engine.metrics import RunResult
 from oak.errors import OakInputError
 from oak.policies import policy_spec
 from oak.reproduce.store import ResultsStore
-from oak.sim.compare import RunSpec, run_one
+from oak.sim.compare import RunSpec, run_one, run_pool
 
 FLUSH_EVERY_S = 15.0
 BACKENDS = ("local", "ray")
@@ -84,16 +82,7 @@ def _run_local(todo: Sequence[RunSpec], workers: int | None, done: Callable[[Run
         for spec in todo:
             done(spec, run_one(spec))
         return
-    with ProcessPoolExecutor(max_workers=n) as pool:
-        pending: dict[Any, RunSpec] = {}
-        queue = list(todo)
-        while queue or pending:
-            while queue and len(pending) < 2 * n:
-                spec = queue.pop(0)
-                pending[pool.submit(run_one, spec)] = spec
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                done(pending.pop(fut), fut.result())
+    run_pool(todo, n, lambda i, res: done(todo[i], res))
 
 
 def _run_ray(

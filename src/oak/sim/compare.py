@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -45,27 +46,112 @@ def run_one(spec: RunSpec) -> RunResult:
     return sim.run(policy, spec.failure_rate, spec.seed)
 
 
+class LongestFirst:
+    """The order in which a pool takes a sweep's runs: longest first (LPT), with run lengths learned as the sweep
+    goes, so that no long run starts last and leaves the other workers idle.
+
+    Runs that differ only in their seed form a group (same policy, workload, cluster, λ, physics) and take about
+    the same time. The first run of each group not yet measured goes first (in the sweep's order); then the
+    runs of measured groups, the group with the longest mean run time (``RunResult.wall_s``) first; runs of a
+    group whose first run is still going come last. The order changes which worker runs what and when, never a
+    result: each run is a pure function of its spec."""
+
+    def __init__(self, specs: Sequence[RunSpec]) -> None:
+        self._specs = list(specs)
+        self._left: dict[RunSpec, deque[int]] = {}  # per group, in the sweep's order: its runs not yet taken
+        for i, spec in enumerate(self._specs):
+            self._left.setdefault(self.group(spec), deque()).append(i)
+        self._count = len(self._specs)
+        self._probing: set[RunSpec] = set()
+        self._walls: dict[RunSpec, list[float]] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    @staticmethod
+    def group(spec: RunSpec) -> RunSpec:
+        return replace(spec, seed=0)
+
+    def _next_group(self) -> RunSpec:
+        groups = [g for g, left in self._left.items() if left]
+        fresh = [g for g in groups if g not in self._walls and g not in self._probing]
+        if fresh:
+            return fresh[0]
+        measured = [g for g in groups if g in self._walls]
+        if measured:  # max keeps the first of equals: the sweep's order
+            return max(measured, key=lambda g: sum(self._walls[g]) / len(self._walls[g]))
+        return groups[0]
+
+    def pop(self) -> int:
+        """The position (in the sweep) of the run to start next."""
+        g = self._next_group()
+        if g not in self._walls:
+            self._probing.add(g)
+        self._count -= 1
+        return self._left[g].popleft()
+
+    def observed(self, spec: RunSpec, wall_s: float) -> None:
+        """A run of ``spec`` took ``wall_s`` seconds."""
+        g = self.group(spec)
+        self._probing.discard(g)
+        self._walls.setdefault(g, []).append(float(wall_s))
+
+
+class InOrder(LongestFirst):
+    """The sweep's own order (the reference :class:`LongestFirst` is measured against, ``oak bench sweep``)."""
+
+    def pop(self) -> int:
+        self._count -= 1
+        return len(self._specs) - self._count - 1
+
+
+ORDERS: dict[str, type[LongestFirst]] = {"longest-first": LongestFirst, "in-order": InOrder}
+
+
+def run_pool(
+    specs: Sequence[RunSpec],
+    workers: int,
+    done: Callable[[int, RunResult], None],
+    order_name: str = "longest-first",
+) -> None:
+    """Run ``specs`` on ``workers`` processes, longest first (:class:`LongestFirst`, or another of ``ORDERS``);
+    ``done(i, result)`` as each finishes. At most ``workers`` runs are handed to the pool at a time, so the order
+    is decided as runs end."""
+    order = ORDERS[order_name](specs)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        pending: dict[Future[RunResult], int] = {}
+        while order or pending:
+            while order and len(pending) < workers:
+                i = order.pop()
+                pending[pool.submit(run_one, specs[i])] = i
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                i = pending.pop(fut)
+                res = fut.result()
+                order.observed(specs[i], res.wall_s)
+                done(i, res)
+
+
 def run_many(
     specs: Sequence[RunSpec],
     workers: int | None = None,
     progress: Callable[[RunResult], None] | None = None,
 ) -> list[RunResult]:
-    """Run every spec, in a process pool when workers > 1; results come back in the order of ``specs``."""
+    """Run every spec, in a process pool when workers > 1 (longest first, :func:`run_pool`); results come back
+    in the order of ``specs``."""
     workers = workers if workers is not None else max(1, min(len(specs), os.cpu_count() or 1))
     results: list[RunResult | None] = [None] * len(specs)
+
+    def done(i: int, res: RunResult) -> None:
+        results[i] = res
+        if progress:
+            progress(res)
+
     if workers <= 1 or len(specs) <= 1:
         for i, s in enumerate(specs):
-            results[i] = run_one(s)
-            if progress:
-                progress(results[i])  # type: ignore[arg-type]
+            done(i, run_one(s))
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(run_one, s): i for i, s in enumerate(specs)}
-            for fut in as_completed(futures):
-                res = fut.result()
-                results[futures[fut]] = res
-                if progress:
-                    progress(res)
+        run_pool(specs, workers, done)
     return [r for r in results if r is not None]
 
 

@@ -16,7 +16,14 @@ from oak.errors import OakInputError
 from oak.model.job import JobSpec
 from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array
 from oak.policies import OakPolicy, make_policy
-from oak.policies.restart_aware import RestartAwareOakPolicy, WaitLedger, move_factor, switching_factor
+from oak.policies.restart_aware import (
+    RestartAwareOakPolicy,
+    WaitLedger,
+    move_factor,
+    move_restore_time,
+    starts_and_moves,
+    switching_factor,
+)
 from oak.scoring import UtilityParams
 from oak.sim import PhysicsOptions, Simulator
 from oak.workloads import Workload, load_workload
@@ -98,6 +105,34 @@ def test_a_job_whose_remaining_run_is_shorter_than_its_restore_never_moves() -> 
     )
     s = switching_factor(near_done)
     assert np.all(s[near_done.valid & (near_done.progress_rate > 0)] == 0.0)
+
+
+@given(st.integers(0, 10_000), st.integers(0, 50), st.integers(0, 50), st.sampled_from([0, 1, 2]))
+@settings(max_examples=60, deadline=None)
+def test_failures_count_as_starts_not_moves_whatever_they_add_to_restarts(
+    seed: int, moves: int, failures: int, k: int
+) -> None:
+    """A world where a failure adds k restarts (``--failure-restarts k``): the same history of moves and failures
+    gives the same starts, moves, move restore time and move factor for every k (a failure adding 2 restarts
+    once made every failure count as a move too, and locked a long job that failed often at its size)."""
+    snap = _held_snapshot(seed)
+    n = snap.num_jobs
+
+    def world(k: int) -> RoundSnapshot:
+        return dataclasses.replace(
+            snap,
+            restarts=frozen_array(np.full(n, moves + k * failures), np.int64),
+            failures=frozen_array(np.full(n, failures), np.int64),
+            t_ckpt_s=frozen_array(np.full(n, 60.0 * (1 + moves + failures)), np.float64),
+            failure_restarts=k,
+        )
+
+    starts, got = starts_and_moves(world(k))
+    assert np.all(starts == 1 + moves + failures) and np.all(got == moves)
+    assert np.allclose(move_restore_time(world(k)), 60.0 * (1 + moves))  # 60 s per start: the moves' own
+    assert np.array_equal(move_factor(world(k)), move_factor(world(1)))
+    # a failure adding one restart (every runtime): starts = 1 + restarts, as the snapshot counts them
+    assert np.all(starts_and_moves(world(1))[0] == 1 + world(1).restarts)
 
 
 @given(st.integers(0, 10_000))

@@ -250,6 +250,7 @@ class ClusterModel:
             policy_state=st.policy_state,
             solver_prices=st.solver_prices,
             work_known=self._work_known(st, active),
+            failure_restarts=self.physics.failure_restarts,
             failure_overhead=None
             if st.failure_overhead is None
             else frozen_array(np.where(valid, st.failure_overhead[active], 0.0), np.float64),

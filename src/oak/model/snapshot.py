@@ -37,6 +37,8 @@ class RoundSnapshot:
     age_s: now − submission (s). restarts: restore events after the first start. current: configuration index
     held now (−1: none). restoring: the job is inside a restore delay. restart_penalty_s: P_restart per job (s).
     attained_gpu_s: GPU-seconds received so far.
+    failure_restarts: how many restarts the world adds to ``restarts`` for each failure (the simulator's
+    ``PhysicsOptions.failure_restarts``; 1 in every runtime), so that a policy can tell moves from failures.
     min_gpus / max_gpus / requested_gpus: (J,) the job's GPU bounds and demand.
     progress_rate: (J, C) progress in base-batch iterations per second in each configuration (0 where invalid);
     remaining_work / total_work: (J,) base-batch iterations left / in all (estimates a real runtime also has).
@@ -96,6 +98,7 @@ class RoundSnapshot:
     tie_config: IntArray | None = None
     solver_prices: FloatArray | None = None
     work_known: BoolArray | None = None
+    failure_restarts: int = 1
 
     @property
     def num_jobs(self) -> int:

@@ -72,10 +72,19 @@ from oak.solve.assignment import snap_values
 MIN_MOVE_VALUE = 1e-3
 
 
+def starts_and_moves(snap: RoundSnapshot) -> tuple[FloatArray, FloatArray]:
+    """(J,) each job's starts so far (its first start, one restore per failure, one per move) and its moves (the
+    restarts its failures did not add: ``restarts − failure_restarts × failures``). With a failure adding one
+    restart (the default, every runtime) starts = 1 + restarts."""
+    moves = np.maximum(snap.restarts - snap.failure_restarts * snap.failures, 0).astype(np.float64)
+    starts = 1.0 + moves + snap.failures.astype(np.float64)
+    return starts, moves
+
+
 def switching_factor(snap: RoundSnapshot) -> FloatArray:
     """(J, C) s_ij = max(1 − D_i / H_ij, 0): the part of job i's remaining run in configuration j left after a
     restore of D_i seconds (its measured mean restore per start, P_restart before any is measured)."""
-    starts = np.maximum(snap.restarts + 1, 1).astype(np.float64)
+    starts, _ = starts_and_moves(snap)
     restore = np.where(snap.t_ckpt_s > 0, snap.t_ckpt_s / starts, snap.restart_penalty_s)
     with np.errstate(divide="ignore", invalid="ignore"):
         remaining = np.where(snap.progress_rate > 0, snap.remaining_work[:, None] / snap.progress_rate, np.inf)
@@ -125,13 +134,12 @@ def admission_costs(snap: RoundSnapshot, theta: float, exponent: float) -> Float
 
 
 def move_restore_time(snap: RoundSnapshot) -> FloatArray:
-    """(J,) the part of each job's measured restore time T_ckpt that its moves caused: T_ckpt × (1 + restarts −
-    failures) / (1 + restarts), its starts other than failures' (the first start included) over all its starts.
-    Exact when a failure adds one restart (the default); with ``failure_restarts`` 2 failures count as moves
-    once each, with 0 they are not taken out."""
-    starts = snap.restarts.astype(np.float64) + 1.0
-    own = 1.0 + np.maximum(snap.restarts - snap.failures, 0).astype(np.float64)
-    return np.asarray(snap.t_ckpt_s * own / starts, dtype=np.float64)  # own ≤ starts: failures ≤ restarts
+    """(J,) the part of each job's measured restore time T_ckpt that its moves caused: T_ckpt × (1 + moves) /
+    starts, its starts other than failures' (the first start included) over all its starts
+    (``starts_and_moves``: a world where a failure adds two restarts, ``--failure-restarts 2``, counts each
+    failure once as a start, not as a move)."""
+    starts, moves = starts_and_moves(snap)
+    return np.asarray(snap.t_ckpt_s * (1.0 + moves) / starts, dtype=np.float64)  # 1 + moves ≤ starts
 
 
 def move_factor(snap: RoundSnapshot, switching: bool = True, restart_factor: str = "moves") -> FloatArray:

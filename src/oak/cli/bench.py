@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from oak.cli.common import JsonOpt, bench_app, console, fail
+from oak.cli.common import ClusterOpt, JsonOpt, bench_app, console, fail
 from oak.policies.base import PolicyBase
 
 
@@ -238,6 +239,16 @@ def _print_scale(out: dict[str, Any]) -> None:
         )
 
 
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    """A right-aligned table of pre-formatted cells."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 @bench_app.command("decision")
 def bench_decision(
     policies: Annotated[str, typer.Option(help="Comma-separated policies to time.")] = "oak,sia",
@@ -395,30 +406,26 @@ def bench_sim(
         f"simulator speed: {policy} on {wl.name} ({len(wl.jobs)} jobs), {cluster} ({preset.total_gpus} GPUs), "
         f"λ = {failure_rate:g}, seed {seed}"
     )
-    table = Table(title=title)
-    for col in (
-        "solver",
-        "rounds",
-        "wall (s)",
-        "rounds/s",
-        "decisions (s)",
-        "simulator (s)",
-        "median decision (ms)",
-        "mean JCT (s)",
-    ):
-        table.add_column(col, justify="right")
-    for r in out:
-        table.add_row(
-            r["solver"],
-            str(r["rounds"]),
-            f"{r['wall_s']:.2f}",
-            f"{r['rounds_per_s']:,.0f}",
-            f"{r['decision_s']:.2f}",
-            f"{r['simulator_s']:.2f}",
-            f"{r['decision_ms_median']:.3f}",
-            f"{r['mean_jct_s']:,.0f}",
+    cols = ("solver", "rounds", "wall (s)", "rounds/s", "decisions (s)", "simulator (s)", "median decision (ms)")
+    console.print(
+        _table(
+            title,
+            (*cols, "mean JCT (s)"),
+            [
+                (
+                    r["solver"],
+                    str(r["rounds"]),
+                    f"{r['wall_s']:.2f}",
+                    f"{r['rounds_per_s']:,.0f}",
+                    f"{r['decision_s']:.2f}",
+                    f"{r['simulator_s']:.2f}",
+                    f"{r['decision_ms_median']:.3f}",
+                    f"{r['mean_jct_s']:,.0f}",
+                )
+                for r in out
+            ],
         )
-    console.print(table)
+    )
     console.print(f"set-up {setup_s:.2f} s · peak memory {peak_mb:,.0f} MB (whole process)")
     extra: dict[str, Any] = {}
     if len(out) == 2:
@@ -461,11 +468,11 @@ def bench_sim(
 
 @bench_app.command("sweep")
 def bench_sweep(
-    workload: Annotated[str, typer.Option(help="Workload (embedded name or CSV path).")] = "medium",
     policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "oak,oak-paper,sia,gavel",
     failure_rates: Annotated[str, typer.Option(help="Comma-separated λ values.")] = "0.05,0.1",
     seeds: Annotated[int, typer.Option(help="Seeds per cell.")] = 3,
-    cluster: Annotated[str, typer.Option(help="Cluster preset.")] = "paper-12",
+    workload: Annotated[str, typer.Option(help="Workload (embedded name or CSV path).")] = "medium",
+    cluster: ClusterOpt = "paper-12",
     workers: Annotated[int, typer.Option(help="Pool workers (the reference is one process).")] = 2,
     repeat: Annotated[int, typer.Option(help="Times to run each of the three, alternating; medians shown.")] = 1,
     json_path: JsonOpt = None,
@@ -546,21 +553,10 @@ def bench_sweep(
                 "same_results": jcts[name] == jcts[ways[0][0]],
             }
         )
-    table = Table(
-        title=f"sweep: {len(specs)} runs ({', '.join(names)} × λ {failure_rates} × {seeds} seeds on {workload})"
-    )
-    for col in (
-        "way",
-        "wall (s)",
-        "speed-up",
-        "runs' own time (s)",
-        "best possible (s)",
-        "overhead (s)",
-        "same results",
-    ):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(
+    title = f"sweep: {len(specs)} runs ({', '.join(names)} × λ {failure_rates} × {seeds} seeds on {workload})"
+    head = ("way", "wall (s)", "speed-up", "runs' own time (s)", "best possible (s)", "overhead (s)", "same results")
+    body = [
+        (
             str(r["way"]),
             f"{r['wall_s']:.1f}",
             f"{r['speedup']:.2f}x",
@@ -569,7 +565,9 @@ def bench_sweep(
             f"{r['overhead_s']:.1f}",
             "yes" if r["same_results"] else "NO",
         )
-    console.print(table)
+        for r in rows
+    ]
+    console.print(_table(title, head, body))
     console.print(f"medians of {repeat} alternating repeat(s); the runs' own time is the sum of their wall times")
     if json_path is not None:
         write_json(Path(json_path), {"runs": len(specs), "repeat": repeat, "ways": rows, "walls": walls})

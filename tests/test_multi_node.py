@@ -10,9 +10,11 @@ its own step, ``python3 -m pytest -m multinode``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -101,6 +103,26 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     assert res.returncode == 0, res.stdout + res.stderr
     return _model(run / "jobs" / "ddp")
+
+
+def _story(run_dir: Path) -> str:
+    """What the run's store says happened (each job's phase history, node losses and failures, the rounds'
+    allocations): the message of an assertion about the run, so that a failure on CI tells why."""
+    from oak.runtime.store import RunStore
+
+    path = run_dir / "state.sqlite"
+    if not path.is_file():
+        return f"(no {path})"
+    store = RunStore(path)
+    try:
+        lines = [f"{n}: {h}" for n, r in store.jobs().items() for h in r.history]
+        lines += [f"failure: {f}" for f in store.failures()]
+    finally:
+        store.close()
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        rounds = db.execute("SELECT k, time_s, allocation FROM rounds ORDER BY k").fetchall()
+    lines += [f"round {k} t={t:.1f}: {a}" for k, t, a in rounds]
+    return "\n".join(lines)
 
 
 RESUMING = re.compile(r"rank (\d+)/\d+: resuming at step (\d+) \(on (\S+)\)")
@@ -237,7 +259,7 @@ def test_a_job_across_nodes_survives_a_lost_node_and_a_partition(
         _all_up(backend, env)
     assert proc.returncode == 0, log.read_text()[-3000:]
     result = json.loads((tmp_path / "r.json").read_text())["runs"][0]["jobs"][0]
-    assert result["failures"] == 2 and result["restarts"] == 2, result
+    assert result["failures"] == 2 and result["restarts"] == 2, f"{result}\n{_story(run_dir)}"
     # nothing lost beyond the last checkpoint: each incarnation resumed from the checkpoint of the step it had
     # reached (at least the step it had reported before the fault, rounded down to a checkpoint)
     for resumed, reached in ((resumed_1, at_loss), (resumed_2, at_cut)):

@@ -7,10 +7,13 @@ rules on a real SLURM and Ray cluster are in ``tests/test_multi_node.py``.
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oak.errors import OakInputError
 from oak.policies import make_policy
@@ -142,6 +145,85 @@ def test_a_node_a_launch_finds_unreachable_is_held_down_without_failing_the_job(
     k = [n.name for n in NODES].index(first[0])
     assert sched.node_failures[k] == 1
     assert NODE_HOLD_S < 300.0 and not sched.node_down.any(), "held only until the listing decides again"
+
+
+@dataclass
+class StoryExecutor(ScriptedExecutor):
+    """tests/test_multi_node.py's story on a fake clock, with its timings chosen by the test. ``kill`` s after the
+    first launch (``lost_at``), its last rank's node is lost: its ranks are seen failing ``crash1`` s later (None: never, the
+    node's listing decides), the cluster lists it down ``lag1`` s later, up again at ``revive``. At ``cut_at`` the
+    second launch's rank 0's node is cut off (``crash2``, ``lag2`` likewise) until ``heal``. A launch onto a node
+    inside an outage finds it unreachable (``NodeLost``), as the backends' probe does, whatever the listing says.
+    Times are seconds after the first launch."""
+
+    lost_at: float = 20.0
+    lag1: float = 0.0
+    crash1: float | None = 0.0
+    revive: float = 80.0
+    cut_at: float = 120.0
+    lag2: float = 0.0
+    crash2: float | None = 0.0
+    heal: float = 400.0
+    hosts: list[tuple[str, ...]] = field(default_factory=list)
+    outages: list[tuple[str, float, float, float]] = field(default_factory=list)
+    t0: float | None = None
+
+    def _t(self) -> float:
+        return self.clock.time() - (self.clock.time() if self.t0 is None else self.t0)
+
+    def nodes(self, *, fresh: bool = False) -> list[RuntimeNode]:
+        t = self._t()
+        down = {name for name, _, end, listed in self.outages if listed <= t < end}
+        return [RuntimeNode(n.name, n.addr, n.slots, n.name not in down) for n in NODES]
+
+    def launch(self, item: Launch) -> None:
+        names = tuple(h.name for h in item.hosts)
+        t = self._t()
+        for name, start, end, _ in self.outages:
+            if name in names and start <= t < end:
+                raise NodeLost(name, "its daemon does not answer (probe)")
+        k = len(self.hosts)
+        self.hosts.append(names)
+        never = 10_000.0
+        if k == 0:
+            self.t0 = self.clock.time()
+            self.outages.append((names[-1], self.lost_at, self.revive, self.lost_at + self.lag1))
+            crash = self.lost_at + (never if self.crash1 is None else self.crash1)
+            self.fates = [Fate(end="failed", after_s=crash, exit_codes=(-9, 1), reach=10)]
+        elif k == 1:
+            self.outages.append((names[0], self.cut_at, self.heal, self.cut_at + self.lag2))
+            crash = self.cut_at + (never if self.crash2 is None else self.crash2) - t
+            self.fates = [Fate(end="failed", after_s=max(crash, 0.0), exit_codes=(1, 1, 1, 1), reach=20)]
+        else:
+            self.fates = [Fate(end="done", after_s=60.0, reach=100)]
+        super().launch(item)
+
+
+CRASH = st.sampled_from([None, 0.0, 0.2, 1.0, 3.0, 10.0])
+LAG = st.sampled_from([0.0, 0.2, 1.0, 3.0, 10.0, 30.0])
+
+
+@pytest.mark.parametrize("text", [WIDE, "jobs:\n  - {name: w, command: [python3, x.py], min_gpus: 4, max_gpus: 4}\n"])
+@given(crash1=CRASH, lag1=LAG, crash2=CRASH, lag2=LAG, back=st.sampled_from([30.0, 60.0, 90.0]))
+@settings(max_examples=10, deadline=None)
+def test_a_lost_node_and_a_partition_cost_one_failure_and_one_restart_each_in_any_order(
+    text: str, crash1: float | None, lag1: float, crash2: float | None, lag2: float, back: float
+) -> None:
+    """Whatever order the job's ranks failing, the cluster's listing and a launch's probe see a lost node and a
+    partition in, each costs the job one failure and one restart — no move of the scheduler's own, no failure
+    uncounted — and it completes on the nodes left (a packaged worker and a command job alike)."""
+    ex = StoryExecutor([Fate()], crash1=crash1, lag1=lag1, crash2=crash2, lag2=lag2, revive=20.0 + back)
+    ex.cut_at = ex.revive + 40.0
+    opts = RuntimeOptions(devices=6, nodes=NODES, round_s=5.0, tick_s=0.2, time_limit_s=2000.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        sched = RuntimeScheduler(
+            parse_jobs(text, "w.yaml"), make_policy("oak"), Path(tmp) / "run", opts, ex, clock=ex.clock
+        )
+        sched.run()
+    r = sched.records[0]
+    assert r.done and r.failures == 2 and r.restarts == 2, (r.failures, r.restarts, ex.hosts, r.history)
+    lost, cut = ex.outages[0][0], ex.outages[1][0]
+    assert lost not in ex.hosts[1] and cut not in ex.hosts[2], ex.hosts
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,10 @@ import pytest
 
 from oak.errors import OakInputError
 from oak.goodput.online import StepTimeLog
+from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.policies import make_policy
-from oak.runtime.export import export_trace, failure_events, load_trace
+from oak.policies.base import PolicyBase
+from oak.runtime.export import export_trace, failure_events, incarnations, load_trace
 from oak.runtime.jobs_file import parse_jobs
 from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
 from oak.sim.simulator import Simulator
@@ -141,6 +143,11 @@ def test_a_run_records_its_failures_and_step_times_and_exports_them(tmp_path: Pa
     assert m["incarnations"] == 2 and job["restore_s"] == pytest.approx(m["t_ckpt_s"] / 2)
     (crash,) = trace["failures"]
     assert crash["kind"] == "crash" and crash["job"] == "j" and 30.0 <= crash["time_s"] <= 33.0
+    first, second = job["incarnations"]  # read from the scheduler's own phase notes
+    assert (first["devices"], first["from_step"], first["end"], first["to_step"]) == (1, 0, "failed", None)
+    assert first["running_s"] is not None and first["launch_s"] <= first["running_s"] <= first["end_s"]
+    assert (second["end"], second["to_step"]) == ("done", 100) and second["from_step"] <= 40
+    assert second["launch_s"] >= first["end_s"]
     out = tmp_path / "t.json"
     out.write_text(json.dumps(trace))
     assert load_trace(out) == trace
@@ -280,3 +287,107 @@ def test_hindsight_replay_gives_every_policy_the_fitted_models() -> None:
     assert hind.learn == frozenset() and hind.believed == {}
     with pytest.raises(OakInputError, match="--knowledge 'psychic'"):
         replay(trace, ["oak"], knowledge="psychic")
+
+
+# ------------------------------------------------------------------------------------------ the run's latencies
+HISTORY = [
+    [0.0, "queued", "arrived"],
+    [0.0, "restoring", "launched on device(s) [0, 1] from step 0"],
+    [2.0, "running", "past its resume step (0)"],
+    [10.0, "stopping", "asked to checkpoint and exit"],
+    [11.5, "queued", "stopped"],
+    [20.0, "restoring", "launched on device(s) [1] from step 80"],
+    [24.0, "running", "past its resume step (80)"],
+    [30.0, "queued", "rank exit statuses [1] (first failure: 1)"],
+    [31.0, "restoring", "launched on device(s) [0] from step 140"],
+    [36.0, "running", "past its resume step (130)"],
+    [70.0, "done", "finished at step 400"],
+]
+
+
+def test_a_jobs_incarnations_are_read_from_its_phase_history() -> None:
+    first, second, third = incarnations(HISTORY)
+    assert first == {
+        "launch_s": 0.0, "devices": 2, "from_step": 0, "running_s": 2.0, "end": "stop", "end_s": 10.0,
+        "to_step": 80, "stop_s": 1.5,
+    }  # fmt: skip
+    assert (second["devices"], second["from_step"], second["end"], second["end_s"]) == (1, 80, "failed", 30.0)
+    assert second["to_step"] is None and second["stop_s"] is None  # the steps since its checkpoint were lost
+    # resumed from its checkpoint (130), not from the last step it reported (140)
+    assert (third["from_step"], third["end"], third["end_s"], third["to_step"]) == (130, "done", 70.0, 400)
+
+
+def test_a_start_costs_its_wall_time_beyond_its_steps_and_a_stop_its_measured_latency() -> None:
+    """First launch: 10 s for 80 steps at 0.1 s on 2 devices → 2 s of start-up; the third: 39 s for 270 steps at
+    0.12 s on 1 → 6.6 s; the second failed: launch to first step, 4 s. Restarts cost their mean (5.3 s)."""
+    job = _job("a", 400, {1: 0.12, 2: 0.1}, 9.0, incarnations=incarnations(HISTORY))
+    twin = build_twin(_trace([job], []), Path(tempfile.mkdtemp()) / "f.csv")
+    assert twin.first_start_s["a"] == pytest.approx(2.0)
+    assert twin.restore_s["a"] == pytest.approx((4.0 + 6.6) / 2)
+    assert twin.stop_s["a"] == pytest.approx(1.5)
+    old = build_twin(_trace([_job("a", 400, {1: 0.12, 2: 0.1}, 9.0)], []), Path(tempfile.mkdtemp()) / "f.csv")
+    assert old.restore_s == {"a": 9.0} and not old.first_start_s and not old.stop_s  # a trace without them
+
+
+class _Newest(PolicyBase):
+    """The job that arrived last takes every device; the others wait."""
+
+    name = "newest"
+
+    def decide(self, snap: RoundSnapshot) -> Allocation:
+        out = np.full(snap.num_jobs, -1, dtype=np.int64)
+        ok = snap.valid[-1] & (np.asarray(snap.config_gpus) <= int(np.asarray(snap.capacity).sum()))
+        out[-1] = int(np.flatnonzero(ok)[np.argmax(np.asarray(snap.config_gpus)[ok])])
+        return Allocation(config=out)
+
+
+def test_a_job_started_on_a_stopping_jobs_devices_waits_for_its_stop_and_queues_meanwhile() -> None:
+    """a (400 steps at 0.1 s on 2 devices, 2 s to start, 4 s to restart) runs from 0; b (100 steps, 3 s to
+    start) arrives at 10 and takes both devices: a stops in 1.5 s, so b restores from 11.5 to 14.5 and ends at
+    24.5; a restarts then and ends at 24.5 + 4 + 32 = 60.5. b's wait is queueing, not restore."""
+    a = _job("a", 400, {1: 0.2, 2: 0.1}, 4.0)
+    b = {**_job("b", 100, {1: 0.2, 2: 0.1}, 3.0), "submit_s": 10.0}
+    twin = build_twin(_trace([a, b], [], devices=2), Path(tempfile.mkdtemp()) / "f.csv")
+    runs = {}
+    for stop in (0.0, 1.5):
+        sim = Simulator(
+            twin.workload, twin.cluster, twin.catalog, twin.physics,
+            restore_s={"a": 4.0, "b": 3.0}, first_start_s={"a": 2.0}, stop_s={"a": stop, "b": 0.5},
+        )  # fmt: skip
+        runs[stop] = {j.name: j for j in sim.run(_Newest(), 0.0, 0).jobs}
+    ra, rb = runs[1.5]["a"], runs[1.5]["b"]
+    assert ra.jct_s is not None and rb.jct_s is not None
+    jct0 = {n: r.jct_s for n, r in runs[0.0].items()}
+    assert jct0["a"] is not None and jct0["b"] is not None
+    # (the fitted step time is the measured one within 1 %: the steps' share of a JCT is approximate)
+    assert rb.jct_s == pytest.approx(14.5, rel=0.01) and ra.jct_s == pytest.approx(60.5, rel=0.01)
+    assert rb.jct_s - jct0["b"] == pytest.approx(1.5)  # the devices came 1.5 s later
+    assert ra.jct_s - jct0["a"] == pytest.approx(1.5)
+    assert rb.t_ckpt_s == pytest.approx(3.0) and rb.t_queue_s - runs[0.0]["b"].t_queue_s == pytest.approx(1.5)
+    assert ra.restarts == 1 and ra.t_ckpt_s == pytest.approx(2.0 + 4.0)  # its first start and its restart
+
+
+def test_a_failed_job_gives_its_devices_up_and_its_relaunch_is_its_restart() -> None:
+    """Under failure_mode "requeue" (a replay's) a crash takes the job off its devices for the round it
+    triggers; the relaunch counts the restart, as the runtime counts it. Under "restore" it keeps them."""
+    trace = _trace([_job("a", 200, {1: 0.25}, 4.0)], [{"time_s": 20.0, "kind": "crash", "job": "a"}])
+    twin = build_twin(trace, Path(tempfile.mkdtemp()) / "f.csv")
+    assert twin.physics.failure_mode == "requeue"
+    for mode in ("requeue", "restore"):
+        seen: list[tuple[float, int, int, int]] = []
+
+        def observe(
+            s: RoundSnapshot, _a: Allocation, _p: object, seen: list[tuple[float, int, int, int]] = seen
+        ) -> None:
+            seen.append((s.time_s, int(s.current[0]), int(s.restarts[0]), int(s.failures[0])))
+
+        physics = dataclasses.replace(twin.physics, failure_mode=mode)
+        sim = Simulator(twin.workload, twin.cluster, twin.catalog, physics, restore_s=twin.restore_s)
+        r = sim.run(make_policy("oak"), 0.0, 0, on_round=observe)
+        at_crash = [x for x in seen if x[0] == pytest.approx(20.0)]
+        if mode == "requeue":
+            assert at_crash and at_crash[0][1:] == (-1, 0, 1)
+        else:
+            assert not at_crash or at_crash[0][1] >= 0
+        assert r.jobs[0].restarts == 1 and r.jobs[0].failures == 1
+        assert r.jobs[0].jct_s == pytest.approx(58.0, rel=1e-3)

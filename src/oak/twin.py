@@ -7,9 +7,13 @@ From a run's trace (:mod:`oak.runtime.export`) the simulator gets:
   it ran (:func:`oak.goodput.online.fit_online` from a linear-scaling prior), as a single-batch application of
   its measured total steps (:func:`oak.runtime.learned.learned_app`) — the same model for every policy, and
   for the simulator's physics: known goodput, not learned again;
-* each (re)start's cost: the job's measured restore time (its T_ckpt over its incarnations: start-up, data,
-  checkpoint read, up to its first step), used as its restart penalty (the policies' P_restart and the
-  simulator's restore delay);
+* each (re)start's cost, measured from the job's incarnations (:func:`_start_costs`: an incarnation's wall time
+  beyond its steps at its measured step time), the first start's apart; the policies still see the jobs
+  file's P_restart and the T_ckpt they measure, as the run's did;
+* each job's stop latency: a stopped or moved job releases its devices when it has checkpointed and exited, and
+  a job started on them begins its start-up only then (``Simulator(stop_s=)``);
+* a failure takes the job off its devices and the round it triggers places it again (failure mode
+  "requeue"): the relaunch is the restart, as in the runtime;
 * the cluster: the run's devices as one node of ``profile_type``, or its nodes (``--cluster-from``);
 * failures: the run's injected ones are drawn again from the run's seed and failure rate — the runtime's
   injector and the simulator draw from the same stream (:mod:`oak.failures`), so under the run's own policy the
@@ -19,9 +23,8 @@ From a run's trace (:mod:`oak.runtime.export`) the simulator gets:
   (:mod:`oak.failures.trace`): a job's line fires if that job holds devices then, a node's takes the node down
   for as long as it was.
 
-What it cannot see: the runtime's latencies between a decision and the processes it causes (a stopped job's
-devices go to the next one when it has checkpointed and exited; a tick; a relaunch after a crash), a worker's
-start-up varying from one launch to the next (the mean is used), step times at sizes a job never ran
+What it cannot see: a worker's start-up varying from one launch to the next (the mean is used), the exit after
+a job's last step (folded into its last incarnation's cost), a tick, step times at sizes a job never ran
 (extrapolated by the fitted model), and work a command job loses at a failure (its checkpoint interval is its
 own). ``docs/twin.md`` measures the gap.
 """
@@ -71,6 +74,10 @@ class Twin:
     """Job → its measured restore time (s)."""
     learn: frozenset[str]
     """The command jobs without a catalog application: their goodput was learned online in the run."""
+    first_start_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Job → its first launch's measured start-up (s)."""
+    stop_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Job → its measured stop latency (s): asked to checkpoint and exit, until it had."""
 
     def simulator(self) -> Simulator:
         return Simulator(
@@ -81,7 +88,72 @@ class Twin:
             believed=self.believed,
             restore_s=self.restore_s,
             learn=self.learn,
+            first_start_s=self.first_start_s,
+            stop_s=self.stop_s,
         )
+
+
+def _start_costs(job: dict[str, Any]) -> tuple[float | None, list[float], list[float]]:
+    """A job's measured start-up cost at its first launch and at each later one, and its stop latencies, from
+    its incarnations (:func:`oak.runtime.export.incarnations`). An incarnation that ended by a stop or at the
+    end of the job costs its wall time beyond its steps at the step time it measured at that size (start-up,
+    checkpoint read, warm-up, exit: whatever the steps did not take); one that failed, from its launch to its
+    first step."""
+    per_size: dict[int, list[float]] = {}
+    for sample in StepTimeLog.from_dict(job["steplog"]).samples() if job.get("steplog") else ():
+        acc = per_size.setdefault(sample.replicas, [0.0, 0.0])
+        acc[0] += sample.step_time_s * sample.steps
+        acc[1] += sample.steps
+    first: float | None = None
+    restarts: list[float] = []
+    stops: list[float] = []
+    for k, inc in enumerate(job.get("incarnations") or ()):
+        if inc.get("stop_s") is not None:
+            stops.append(max(float(inc["stop_s"]), 0.0))
+        if inc.get("running_s") is None:
+            continue
+        cost = float(inc["running_s"]) - float(inc["launch_s"])
+        size = per_size.get(int(inc["devices"]))
+        if inc.get("end") in ("stop", "done") and inc.get("to_step") is not None and size and size[1] > 0:
+            steps = int(inc["to_step"]) - int(inc["from_step"])
+            cost = float(inc["end_s"]) - float(inc["launch_s"]) - steps * size[0] / size[1]
+        if k == 0:
+            first = max(cost, 0.0)
+        else:
+            restarts.append(max(cost, 0.0))
+    return first, restarts, stops
+
+
+def _run_latencies(
+    jobs: list[dict[str, Any]],
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Each job's restore delay at a restart, its first start's, and its stop latency, from the trace's
+    incarnations (:func:`_start_costs`; a trace without them: the mean restore, no stop latency). A job that
+    never restarted (stopped) in the run restarts (stops) in the replay at the mean over the run's restarts
+    (stops): the same machine's, measured."""
+    costs = {str(j["name"]): _start_costs(j) for j in jobs if "incarnations" in j}
+    every_restart = [x for _, r, _ in costs.values() for x in r]
+    every_stop = [x for _, _, s in costs.values() for x in s]
+    restore: dict[str, float] = {}
+    first: dict[str, float] = {}
+    stop: dict[str, float] = {}
+    for j in jobs:
+        name = str(j["name"])
+        mean = j.get("restore_s")
+        if name not in costs:  # a trace without incarnations: the mean restore, as before
+            if isinstance(mean, int | float) and math.isfinite(mean) and mean >= 0:
+                restore[name] = float(mean)
+            continue
+        start, restarts, stops = costs[name]
+        pool = restarts or every_restart or ([start] if start is not None else [])
+        if pool:
+            restore[name] = sum(pool) / len(pool)
+        if start is not None:
+            first[name] = start
+        pool = stops or every_stop
+        if pool:
+            stop[name] = sum(pool) / len(pool)
+    return restore, first, stop
 
 
 def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None = None) -> Twin:
@@ -94,7 +166,7 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
     specs = []
     measured = []
     believed: dict[str, AppProfile] = {}
-    restores: dict[str, float] = {}
+    restores, first_starts, stops = _run_latencies(list(trace["jobs"]))
     learn: set[str] = set()
     for j in trace["jobs"]:
         name = str(j["name"])
@@ -104,9 +176,6 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
                 f"job {name!r}: no measured step time (it never ran a timed step): the replay has no model of it"
             )
         params = fit_online(samples, linear_scaling_prior(samples)).params
-        restore = j.get("restore_s")
-        if isinstance(restore, int | float) and math.isfinite(restore) and restore >= 0:
-            restores[name] = float(restore)
         penalty = float(j["restart_penalty_s"])  # what the run's policy was told; the restore is measured
         application = str(j.get("application") or "")
         if not j.get("command") and application in base.apps:
@@ -155,7 +224,10 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
     if events:
         failure_log.write_text(failure_log_csv(events), encoding="utf-8")
         model = f"trace:{failure_log}"
-    physics = PhysicsOptions(round_s=float(run["round_s"]), horizon_s=MAX_TIME_S, failure_model=model)
+    # a failed job gives its devices up and is placed again by the round its failure triggers, as in the runtime
+    physics = PhysicsOptions(
+        round_s=float(run["round_s"]), horizon_s=MAX_TIME_S, failure_model=model, failure_mode="requeue"
+    )
     first = min((s.submit_time_s for s in specs), default=0.0)
     finishes = [r.submit_s + r.jct_s for r in measured if r.jct_s is not None]
     end = float(run.get("end_s", 0.0))
@@ -184,6 +256,8 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
         believed,
         restores,
         frozenset(learn),
+        first_starts,
+        stops,
     )
 
 

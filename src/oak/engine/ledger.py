@@ -97,6 +97,9 @@ class JobsState:
     gpu_lost_work: np.ndarray = field(default_factory=lambda: np.zeros(0))
     #: what the scheduler believes of each job's throughput (goodput "learned"); None: the truth is known
     beliefs: Beliefs | None = None
+    #: seconds of each job's ``restore_left`` spent waiting for a stopping job to release its GPUs (a world
+    #: with stop latencies: ``oak replay``); queueing, not restoring. Empty where not modelled
+    handover_left: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @classmethod
     def initial(cls, submit: np.ndarray) -> JobsState:

@@ -15,7 +15,7 @@ FAILURE_SCOPES = ("job", "gpu")
 QUEUE_CLOCKS = ("accumulated", "since-last-run")
 LOST_WORK = ("none", "since-checkpoint", "since-restart")
 RESTART_ON = ("move", "shape")
-FAILURE_MODES = ("restore", "ghost")
+FAILURE_MODES = ("restore", "ghost", "requeue")
 FAILURE_RESTARTS = (0, 1, 2)
 #: ``--goodput``: "known" (every policy sees every job's true goodput at every size from the start) or "learned"
 #: (a job's throughput model is learned from noisy step times as it runs: oak.engine.beliefs).
@@ -55,8 +55,9 @@ class PhysicsOptions:
     to other nodes in the same shape is free). fixed_steps: decisions only on the round grid, none on arrival,
     completion or failure. restores_preemptible: False keeps every job inside a restore on its configuration,
     whatever the policy. failure_restarts: how many restarts a failure adds to the job's count n (0, 1, 2).
-    failure_mode: "restore" (a failed job restores in place) or "ghost" (it keeps its GPUs without progress
-    until the policy changes its allocation). lost_work "since-restart": a failure loses the progress since
+    failure_mode: "restore" (a failed job restores in place), "ghost" (it keeps its GPUs without progress
+    until the policy changes its allocation) or "requeue" (it gives its GPUs up and waits for the decision its
+    failure triggers, as the runtime does; that relaunch is its restart). lost_work "since-restart": a failure loses the progress since
     the job's last (re)start (the artifact checkpoints only when a job is reallocated). replicas_cap: False reads
     a Sia trace's ``num_replicas`` as the demand of rigid policies only, as the artifact does: an adaptive job is
     bounded by 64 GPUs and its application's largest batch over its smallest per-GPU batch (and by the
@@ -188,8 +189,9 @@ FIELD_HELP: dict[str, str] = {
     "first_type_tie": "Offer a job that has never run each GPU type's smallest configuration at equal goodput (the "
     "Sia artifact's tie; the type with the most free GPUs takes it).",
     "failure_restarts": "Restarts a failure adds to a job's count n: 0, 1 or 2.",
-    "failure_mode": "'restore' (a failed job restores in place) or 'ghost' (it keeps its GPUs without progress until "
-    "its allocation changes).",
+    "failure_mode": "'restore' (a failed job restores in place), 'ghost' (it keeps its GPUs without progress until "
+    "its allocation changes) or 'requeue' (it gives its GPUs up and is placed again by the decision its failure "
+    "triggers, as the runtime does).",
     "failure_model": "Hardware failure model NAME[:key=value,...] ('oak failures list'): paper (λ only), llama3, rsc1, "
     "lemon, domain; e.g. llama3:scale=300. Its events add to --failure-rate's.",
     "checkpoint_policy": "'implicit' (free checkpoints, as --lost-work says), 'none', 'fixed:S' (every S s) or "

@@ -5,7 +5,8 @@ run: the run's settings and jobs (meta ``run``, written when the run began; a li
 submissions, with their submit times on the run clock), each job's measured step times per allocation (its
 step-time log: the packaged worker's and ``oak.job.report``'s timed steps), its measured restore time (the time
 from each launch to its first step beyond the checkpoint it resumed from: T_ckpt over its incarnations), its
-measured result, and the failure log (``RunStore.failures``: injected kills, crashes, stalls, nodes lost and back).
+incarnations one by one (:func:`incarnations`: when each was launched on how many devices, reached its first
+step, ended and how, and how long a stop took, from the job's phase history), its measured result, and the failure log (``RunStore.failures``: injected kills, crashes, stalls, nodes lost and back).
 
 The trace is one JSON document (``FORMAT``, version ``VERSION``); its failures are also written as a failure
 log CSV (:mod:`oak.failures.trace`) that ``--failure-model trace:FILE`` reads.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,68 @@ def export_trace(run_dir: str | Path) -> dict[str, Any]:
     }
 
 
+_LAUNCH = re.compile(r"launched on device\(s\) \[([0-9, ]*)\] from step (\d+)")
+_FINISH = re.compile(r"finished at step (\d+)")
+_RESUMED = re.compile(r"past its resume step \((\d+)\)")
+
+
+def incarnations(history: list[list[Any]]) -> list[dict[str, Any]]:
+    """A job's incarnations from its phase history (``JobRecord.history``: the scheduler's notes), in order:
+    ``launch_s``, ``devices`` (how many), ``from_step``; ``running_s`` when it got past the step it resumed
+    from (None: never); how it ended, ``end`` ("stop": asked to checkpoint and exit, "done", "failed"; None:
+    still running) at ``end_s``; ``to_step``, the step it had reached when it ended by a stop or finished
+    (None after a failure: the steps since its checkpoint were lost); ``stop_s``, how long a stop took."""
+    out: list[dict[str, Any]] = []
+    cur: dict[str, Any] | None = None
+    for t, phase, note in history:
+        t = float(t)
+        if phase == "restoring":
+            m = _LAUNCH.search(str(note))
+            if cur is not None and cur["end"] == "stop" and cur["to_step"] is None and m:
+                cur["to_step"] = int(m.group(2))  # a stop checkpoints: the next launch resumes where it ended
+            cur = None
+            if m:
+                devices = [d for d in m.group(1).split(",") if d.strip()]
+                cur = {
+                    "launch_s": t,
+                    "devices": len(devices),
+                    "from_step": int(m.group(2)),
+                    "running_s": None,
+                    "end": None,
+                    "end_s": None,
+                    "to_step": None,
+                    "stop_s": None,
+                }
+                out.append(cur)
+            continue
+        if cur is None:
+            continue
+        if phase == "running" and cur["running_s"] is None and cur["end"] is None:
+            cur["running_s"] = t
+            m = _RESUMED.search(str(note))
+            if m:  # the checkpoint it resumed from (after a failure, behind the last step it reported)
+                cur["from_step"] = int(m.group(1))
+        elif phase == "stopping" and cur["end"] is None:
+            cur["end"], cur["end_s"] = "stop", t
+        elif phase == "done":
+            m = _FINISH.search(str(note))
+            if cur["end"] is None:
+                cur["end"], cur["end_s"] = "done", t
+            elif cur["end"] == "stop":
+                cur["stop_s"] = t - float(cur["end_s"])
+            cur["to_step"] = int(m.group(1)) if m else None
+            cur = None
+        elif cur["end"] == "stop":  # stopped (or failed while stopping): it has exited
+            cur["stop_s"] = t - float(cur["end_s"])
+            if phase != "queued":
+                cur["to_step"] = None
+                cur = None
+        elif cur["end"] is None and phase in ("queued", "backoff", "failed", "cancelled"):
+            cur["end"], cur["end_s"] = "failed", t
+            cur = None
+    return out
+
+
 def _job(job: RuntimeJob, r: JobRecord) -> dict[str, Any]:
     restore = r.t_ckpt_s / r.incarnations if r.incarnations else None
     return {
@@ -77,6 +141,7 @@ def _job(job: RuntimeJob, r: JobRecord) -> dict[str, Any]:
         "total_steps": LearnedGoodput.total(job, r),
         "steplog": r.steplog,
         "restore_s": restore,
+        "incarnations": incarnations(r.history),
         "measured": {
             "state": r.state,
             "jct_s": (r.finish_s - job.submit_s) if r.done and r.finish_s is not None else None,

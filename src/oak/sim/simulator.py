@@ -64,6 +64,8 @@ class Simulator:
         restore_s: Mapping[str, float] | None = None,
         learn: Collection[str] = (),
         warm_start: bool = True,
+        first_start_s: Mapping[str, float] | None = None,
+        stop_s: Mapping[str, float] | None = None,
     ) -> None:
         """``warm_start``: hand each round's solver prices to the next round (``RoundSnapshot.solver_prices``);
         False solves every round cold (the reference of ``oak bench sim``). ``idle_fast_forward``: skip the provably unchanged rounds of idle stretches (module docstring); False
@@ -71,14 +73,25 @@ class Simulator:
         whose goodput the policy sees for that job, instead of its true one (:class:`RunBeliefs`; under
         known goodput only); ``learn``: jobs whose goodput the policy learns online as the run goes, under the
         exploration cap (:class:`RunBeliefs`; the others' is known). ``restore_s``: job name → its restore delay (s) at every (re)start and failure,
-        instead of the physics rule's (a measured one: ``oak replay``); the policy still sees its P_restart."""
+        instead of the physics rule's (a measured one: ``oak replay``); the policy still sees its P_restart.
+        A real run's latencies (``oak replay``): ``first_start_s``, job name → its delay at its first start
+        (no checkpoint to read; default its restore delay); ``stop_s``, job name → the seconds it takes to
+        checkpoint and exit when stopped or moved, during which its GPUs are not free: a job started on them
+        (or the moved job itself) waits that long before its restore begins, as the runtime launches it."""
         self.model = ClusterModel(workload, cluster, catalog, physics)
         self._ckpt: _Checkpoints | None = None
-        self._index = index = {j.name: i for i, j in enumerate(workload.jobs)}
+        self._index = {j.name: i for i, j in enumerate(workload.jobs)}
         for name, value in (restore_s or {}).items():
-            if name not in index or not (math.isfinite(value) and value >= 0):
-                raise OakInputError(f"restore delay of job {name!r}: {value!r}: expected a job of the workload, >= 0 s")
-            self.model.restore_delay[index[name]] = float(value)
+            self.model.restore_delay[self._job_index(name, value, "restore delay")] = float(value)
+        self._first_start = self.model.restore_delay.copy()
+        for name, value in (first_start_s or {}).items():
+            self._first_start[self._job_index(name, value, "first start delay")] = float(value)
+        self._stop: np.ndarray | None = None
+        self._free_at: dict[int, float] = {}  # GPU → when a stopping job releases it (a run's stop latencies)
+        if stop_s:
+            self._stop = np.zeros(self.model.n)
+            for name, value in stop_s.items():
+                self._stop[self._job_index(name, value, "stop latency")] = float(value)
         self.idle_fast_forward = idle_fast_forward
         self.warm_start = warm_start
         self.believed = dict(believed or {})
@@ -93,6 +106,11 @@ class Simulator:
             raise OakInputError("believed goodput is given under known goodput only (--goodput learned learns it)")
         if self.learn:
             self.model.explore = np.array([j.name in self.learn for j in workload.jobs])
+
+    def _job_index(self, name: str, value: float, what: str) -> int:
+        if name not in self._index or not (math.isfinite(value) and value >= 0):
+            raise OakInputError(f"{what} of job {name!r}: {value!r}: expected a job of the workload, >= 0 s")
+        return self._index[name]
 
     # ------------------------------------------------------------------ run
     def run(
@@ -116,6 +134,8 @@ class Simulator:
         if ph.arrival_jitter_s > 0:
             base_submit = base_submit + ph.arrival_jitter_s * rng.uniforms(seed, rng.STREAM_ARRIVAL, self.model.keys, 0)
         st = JobsState.initial(base_submit)
+        st.handover_left = np.zeros(n)
+        self._free_at = {}
         if self.model.learned:
             st.beliefs = Beliefs(self.model.table, self.model.apps)
         elif self.believed or self.learn:
@@ -250,9 +270,12 @@ class Simulator:
                         st.shape[i] = -1
                         st.gpus[i] = ()
                         st.restore_left[i] = 0.0
+                        st.handover_left[i] = 0.0
                         st.ghost[i] = False
                     decide = decide or immediate
-            st.restore_left[(st.restore_left > 0) & (st.restore_left <= _EPS * max(1.0, t))] = 0.0
+            restored = (st.restore_left > 0) & (st.restore_left <= _EPS * max(1.0, t))
+            st.restore_left[restored] = 0.0
+            st.handover_left[restored] = 0.0
             if failure_rate > 0:
                 p_fail = failures.probability(self._gpu_count(st))
                 hit = (st.shape >= 0) & ~st.ghost & (np.abs(fail_time - t) <= _EPS * max(1.0, t)) & (fail_u < p_fail)
@@ -383,6 +406,7 @@ class Simulator:
                 st.config[i] = -1
                 st.gpus[i] = ()
                 st.restore_left[i] = 0.0
+                st.handover_left[i] = 0.0
                 st.ghost[i] = False
                 st.ckpt_tprog[i] = st.t_progress[i]
         return changed
@@ -457,7 +481,9 @@ class Simulator:
         st.progress[running] += st.rate[running] * dt
         st.t_progress[running] += dt
         st.restore_left[restoring] -= dt
-        st.t_ckpt[restoring] += dt
+        hand = np.minimum(dt, st.handover_left[restoring])  # waiting for a stopping job: queueing
+        st.handover_left[restoring] -= hand
+        st.t_ckpt[restoring] += dt - hand
         st.t_queue[restoring | waiting | ghost] += dt
         g = self._gpu_count(st)
         st.gpu_s += g * dt
@@ -495,8 +521,15 @@ class Simulator:
             else:
                 st.ckpt_tprog[i] = st.t_progress[i]  # nothing lost: the job resumes from where it failed
             st.failures[i] += 1
-            st.restarts[i] += ph.failure_restarts
             st.rate[i] = 0.0
+            st.handover_left[i] = 0.0
+            if ph.failure_mode == "requeue":  # gives its GPUs up; its relaunch, when decided, is the restart
+                st.shape[i] = -1
+                st.config[i] = -1
+                st.gpus[i] = ()
+                st.restore_left[i] = 0.0
+                continue
+            st.restarts[i] += ph.failure_restarts
             if ph.failure_mode == "ghost":
                 st.ghost[i] = True  # holds its GPUs, does nothing, until its allocation changes
                 st.restore_left[i] = 0.0
@@ -539,6 +572,15 @@ class Simulator:
                 )
             )
         ph = self.model.physics
+        own_stop: dict[int, float] = {}
+        if self._stop is not None:  # the GPUs the round's stopped and moved jobs release when they have exited
+            for it in plan.intents:
+                i = it.job
+                if it.intent in (Intent.STOP, Intent.RESTART) and st.gpus[i]:
+                    end = t + float(self._stop[i])
+                    own_stop[i] = end
+                    for g in st.gpus[i]:
+                        self._free_at[g] = max(self._free_at.get(g, t), end)
         for it in plan.intents:
             i = it.job
             if it.intent is Intent.KEEP:
@@ -548,6 +590,7 @@ class Simulator:
                 st.config[i] = -1
                 st.gpus[i] = ()
                 st.restore_left[i] = 0.0
+                st.handover_left[i] = 0.0
                 st.ckpt_tprog[i] = st.t_progress[i]
                 continue
             st.ghost[i] = False
@@ -557,10 +600,16 @@ class Simulator:
             st.gpus[i] = it.gpus
             if it.intent is Intent.RELOCATE:
                 continue  # same GPU type and GPUs per node: moved, not restarted
+            delay = self.model.restore_delay[i] if st.started[i] else self._first_start[i]
             if st.started[i]:
                 st.restarts[i] += 1
             st.started[i] = True
-            st.restore_left[i] = self.model.restore_delay[i]
+            wait = own = 0.0
+            if self._stop is not None:  # launched once its GPUs (and, moved, the job itself) are free
+                own = own_stop.get(i, t) - t  # its own checkpoint and exit: restart cost, not queueing
+                wait = max([self._free_at.get(g, t) for g in it.gpus] + [t + own]) - t
+            st.restore_left[i] = delay + wait
+            st.handover_left[i] = wait - own
             st.ckpt_tprog[i] = st.t_progress[i]  # a move checkpoints first: the restart resumes from here
             if ph.queue_clock == "since-last-run":
                 st.t_queue[i] = 0.0

@@ -439,7 +439,7 @@ def test_a_replayed_command_job_is_of_unknown_length_until_it_has_measured_steps
     (``work_known`` False) until it has run and measured a step time; the other jobs' are known throughout."""
     wl = load_workload("small")
     learn = wl.jobs[1].name
-    seen: list[tuple[bool, bool]] = []
+    seen: list[tuple[bool, bool, bool]] = []
 
     def observe(snap: RoundSnapshot, alloc: Allocation, *_: object) -> None:
         if learn in snap.job_names:
@@ -447,10 +447,11 @@ def test_a_replayed_command_job_is_of_unknown_length_until_it_has_measured_steps
             i = snap.job_names.index(learn)
             others = [k for k in range(snap.num_jobs) if k != i]
             assert snap.work_known[others].all()
-            seen.append((bool(snap.work_known[i]), bool(snap.current[i] >= 0)))
+            seen.append((bool(snap.work_known[i]), bool(snap.current[i] >= 0), bool(snap.restoring[i])))
 
     Simulator(wl, learn={learn}).run(make_policy("oak"), 0.0, 0, on_round=observe)
-    assert seen[0] == (False, False)  # before its first start
-    assert any(known for known, _ in seen)  # once it has measured steps
-    first = next(k for k, (known, _) in enumerate(seen) if known)
-    assert any(running for _, running in seen[:first])  # it ran before its length counted
+    assert seen[0] == (False, False, False)  # before its first start
+    first = next(k for k, (known, _, _) in enumerate(seen) if known)  # once it has measured steps
+    assert seen[first][1] and first > 0  # it ran before its length counted, and counts from the next round
+    assert all(not held or restoring for _, held, restoring in seen[:first])  # not before it made progress
+    assert all(known for known, _, _ in seen[first:])

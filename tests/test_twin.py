@@ -309,12 +309,14 @@ def test_a_jobs_incarnations_are_read_from_its_phase_history() -> None:
     first, second, third = incarnations(HISTORY)
     assert first == {
         "launch_s": 0.0, "devices": 2, "from_step": 0, "running_s": 2.0, "end": "stop", "end_s": 10.0,
-        "to_step": 80, "stop_s": 1.5,
+        "to_step": 80, "stop_s": 1.5, "last_step_s": None,
     }  # fmt: skip
     assert (second["devices"], second["from_step"], second["end"], second["end_s"]) == (1, 80, "failed", 30.0)
     assert second["to_step"] is None and second["stop_s"] is None  # the steps since its checkpoint were lost
     # resumed from its checkpoint (130), not from the last step it reported (140)
     assert (third["from_step"], third["end"], third["end_s"], third["to_step"]) == (130, "done", 70.0, 400)
+    assert incarnations(HISTORY, last_step_s=69.0)[-1]["last_step_s"] == 69.0  # then its exit took 1 s
+    assert incarnations(HISTORY, last_step_s=5.0)[-1]["last_step_s"] is None  # not this incarnation's
 
 
 def test_a_start_costs_its_wall_time_beyond_its_steps_and_a_stop_its_measured_latency() -> None:
@@ -325,8 +327,13 @@ def test_a_start_costs_its_wall_time_beyond_its_steps_and_a_stop_its_measured_la
     assert twin.first_start_s["a"] == pytest.approx(2.0)
     assert twin.restore_s["a"] == pytest.approx((4.0 + 6.6) / 2)
     assert twin.stop_s["a"] == pytest.approx(1.5)
+    assert not twin.exit_s  # no last step recorded
+    job = _job("a", 400, {1: 0.12, 2: 0.1}, 9.0, incarnations=incarnations(HISTORY, last_step_s=68.0))
+    twin = build_twin(_trace([job], []), Path(tempfile.mkdtemp()) / "f.csv")
+    assert twin.exit_s["a"] == pytest.approx(2.0)  # 68 → 70 s
+    assert twin.restore_s["a"] == pytest.approx((4.0 + 4.6) / 2)  # the third: 37 s to its last step
     old = build_twin(_trace([_job("a", 400, {1: 0.12, 2: 0.1}, 9.0)], []), Path(tempfile.mkdtemp()) / "f.csv")
-    assert old.restore_s == {"a": 9.0} and not old.first_start_s and not old.stop_s  # a trace without them
+    assert old.restore_s == {"a": 9.0} and not (old.first_start_s or old.stop_s or old.exit_s)  # a trace without
 
 
 class _Newest(PolicyBase):
@@ -391,3 +398,48 @@ def test_a_failed_job_gives_its_devices_up_and_its_relaunch_is_its_restart() -> 
             assert not at_crash or at_crash[0][1] >= 0
         assert r.jobs[0].restarts == 1 and r.jobs[0].failures == 1
         assert r.jobs[0].jct_s == pytest.approx(58.0, rel=1e-3)
+
+
+def test_a_job_exiting_after_its_last_step_holds_its_devices_with_no_work_left() -> None:
+    """a (200 steps at 0.1 s on 2 devices, 2 s to start) takes its last step at ~22 s and exits for 1.5 s: done
+    at ~23.5 s, and b, which arrives at 22.8 s and is given every device, gets them only then. The round at b's
+    arrival sees a with no work left and keeps it where it is (the runtime's snapshot of a job exiting)."""
+    a = _job("a", 200, {1: 0.2, 2: 0.1}, 2.0)
+    b = {**_job("b", 100, {1: 0.2, 2: 0.1}, 3.0), "submit_s": 22.8}
+    twin = build_twin(_trace([a, b], [], devices=2), Path(tempfile.mkdtemp()) / "f.csv")
+    seen: list[RoundSnapshot] = []
+
+    def observe(s: RoundSnapshot, _a: Allocation, _p: object) -> None:
+        seen.append(s)
+
+    runs = {}
+    for exit_s in (0.0, 1.5):
+        sim = Simulator(
+            twin.workload, twin.cluster, twin.catalog, twin.physics,
+            restore_s={"a": 2.0, "b": 3.0}, exit_s={"a": exit_s},
+        )  # fmt: skip
+        runs[exit_s] = {j.name: j for j in sim.run(_Newest(), 0.0, 0, on_round=observe).jobs}
+    ra, rb, a0, b0 = runs[1.5]["a"], runs[1.5]["b"], runs[0.0]["a"], runs[0.0]["b"]
+    assert ra.jct_s is not None and rb.jct_s is not None and a0.jct_s is not None and b0.jct_s is not None
+    assert ra.jct_s - a0.jct_s == pytest.approx(1.5) and ra.restarts == 0
+    assert 22.8 < ra.jct_s < 24.0  # b arrived while a exited
+    assert rb.jct_s - b0.jct_s == pytest.approx(ra.jct_s - 22.8)  # b started on a's devices once a was done
+    exiting = [s for s in seen if "a" in s.job_names and s.remaining_work[0] == 0.0]
+    assert exiting and all(int(s.current[0]) >= 0 for s in exiting)
+
+
+def test_a_learned_command_job_is_known_once_it_has_run_even_at_its_first_size() -> None:
+    """The run's scheduler takes a command job's length and speed as placeholders until it has reported step
+    times; so does the replay, and a job that ran only at its smallest size (the bootstrap's) has reported
+    them too: it pays the admission cost by its remaining time from then on, not the placeholder's."""
+    job = {**_job("c", 400, {1: 0.25}, 1.0), "command": True, "application": ""}
+    twin = build_twin(_trace([job], []), Path(tempfile.mkdtemp()) / "f.csv")
+    assert twin.learn == {"c"}
+    known: list[tuple[float, bool]] = []
+
+    def observe(s: RoundSnapshot, _a: Allocation, _p: object) -> None:
+        assert s.work_known is not None
+        known.append((s.time_s, bool(s.work_known[0])))
+
+    twin.simulator().run(make_policy("oak"), 0.0, 0, on_round=observe)
+    assert known[0] == (0.0, False) and known[-1][1]  # unknown at its arrival, known after a round of running

@@ -21,12 +21,12 @@ From a run's trace (:mod:`oak.runtime.export`) the simulator gets:
   meet the draws of the devices they hold there (failures a policy's placement caused are re-drawn); every
   other logged failure (a rank's crash, a stall, a node lost) stays at its time, as a failure log line
   (:mod:`oak.failures.trace`): a job's line fires if that job holds devices then, a node's takes the node down
-  for as long as it was.
+  for as long as it was;
+* each job's exit: from its last step until done it holds its devices with no work left (``Simulator(exit_s=)``).
 
-What it cannot see: a worker's start-up varying from one launch to the next (the mean is used), the exit after
-a job's last step (folded into its last incarnation's cost), a tick, step times at sizes a job never ran
-(extrapolated by the fitted model), and work a command job loses at a failure (its checkpoint interval is its
-own). ``docs/twin.md`` measures the gap.
+What it cannot see: a worker's start-up varying from one launch to the next (the mean is used), a tick, step
+times at sizes a job never ran (extrapolated by the fitted model), and work a command job loses at a failure
+(its checkpoint interval is its own). ``docs/twin.md`` measures the gap.
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ class Twin:
     """Job → its first launch's measured start-up (s)."""
     stop_s: dict[str, float] = dataclasses.field(default_factory=dict)
     """Job → its measured stop latency (s): asked to checkpoint and exit, until it had."""
+    exit_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Job → its measured exit (s): from its last step until it was done."""
 
     def simulator(self) -> Simulator:
         return Simulator(
@@ -90,15 +92,16 @@ class Twin:
             learn=self.learn,
             first_start_s=self.first_start_s,
             stop_s=self.stop_s,
+            exit_s=self.exit_s,
         )
 
 
-def _start_costs(job: dict[str, Any]) -> tuple[float | None, list[float], list[float]]:
-    """A job's measured start-up cost at its first launch and at each later one, and its stop latencies, from
-    its incarnations (:func:`oak.runtime.export.incarnations`). An incarnation that ended by a stop or at the
-    end of the job costs its wall time beyond its steps at the step time it measured at that size (start-up,
-    checkpoint read, warm-up, exit: whatever the steps did not take); one that failed, from its launch to its
-    first step."""
+def _start_costs(job: dict[str, Any]) -> tuple[float | None, list[float], list[float], list[float]]:
+    """A job's measured start-up cost at its first launch and at each later one, its stop latencies and its
+    exit, from its incarnations (:func:`oak.runtime.export.incarnations`). An incarnation that ended by a stop
+    or at the end of the job costs its wall time (to its last step, where that was seen) beyond its steps at the
+    step time it measured at that size (start-up, checkpoint read, warm-up: whatever the steps did not take);
+    one that failed, from its launch to its first step. Its exit: from its last step to done."""
     per_size: dict[int, list[float]] = {}
     for sample in StepTimeLog.from_dict(job["steplog"]).samples() if job.get("steplog") else ():
         acc = per_size.setdefault(sample.replicas, [0.0, 0.0])
@@ -107,53 +110,74 @@ def _start_costs(job: dict[str, Any]) -> tuple[float | None, list[float], list[f
     first: float | None = None
     restarts: list[float] = []
     stops: list[float] = []
+    exits: list[float] = []
     for k, inc in enumerate(job.get("incarnations") or ()):
         if inc.get("stop_s") is not None:
             stops.append(max(float(inc["stop_s"]), 0.0))
         if inc.get("running_s") is None:
             continue
         cost = float(inc["running_s"]) - float(inc["launch_s"])
+        end = inc.get("end_s")
+        if inc.get("end") == "done" and inc.get("last_step_s") is not None:
+            end = float(inc["last_step_s"])
+            exits.append(max(float(inc["end_s"]) - end, 0.0))
         size = per_size.get(int(inc["devices"]))
         if inc.get("end") in ("stop", "done") and inc.get("to_step") is not None and size and size[1] > 0:
             steps = int(inc["to_step"]) - int(inc["from_step"])
-            cost = float(inc["end_s"]) - float(inc["launch_s"]) - steps * size[0] / size[1]
+            cost = float(end) - float(inc["launch_s"]) - steps * size[0] / size[1]
         if k == 0:
             first = max(cost, 0.0)
         else:
             restarts.append(max(cost, 0.0))
-    return first, restarts, stops
+    return first, restarts, stops, exits
 
 
-def _run_latencies(
-    jobs: list[dict[str, Any]],
-) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-    """Each job's restore delay at a restart, its first start's, and its stop latency, from the trace's
-    incarnations (:func:`_start_costs`; a trace without them: the mean restore, no stop latency). A job that
-    never restarted (stopped) in the run restarts (stops) in the replay at the mean over the run's restarts
-    (stops): the same machine's, measured."""
+@dataclass(frozen=True)
+class RunLatencies:
+    """Each job's measured latencies (s) for the replay (:func:`_run_latencies`)."""
+
+    restore_s: dict[str, float]
+    first_start_s: dict[str, float]
+    stop_s: dict[str, float]
+    exit_s: dict[str, float]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _run_latencies(jobs: list[dict[str, Any]]) -> RunLatencies:
+    """Each job's restore delay at a restart, its first start's, its stop latency and its exit, from the
+    trace's incarnations (:func:`_start_costs`; a trace without them: the mean restore, nothing else). A job
+    that never restarted (stopped, finished) in the run does so in the replay at the mean over the run's:
+    the same machine's, measured (a job that finished with its last step unseen has its exit in its cost)."""
     costs = {str(j["name"]): _start_costs(j) for j in jobs if "incarnations" in j}
-    every_restart = [x for _, r, _ in costs.values() for x in r]
-    every_stop = [x for _, _, s in costs.values() for x in s]
-    restore: dict[str, float] = {}
-    first: dict[str, float] = {}
-    stop: dict[str, float] = {}
+    every = (
+        [x for _, r, _, _ in costs.values() for x in r],
+        [x for _, _, s, _ in costs.values() for x in s],
+        [x for _, _, _, e in costs.values() for x in e],
+    )
+    out = RunLatencies({}, {}, {}, {})
     for j in jobs:
         name = str(j["name"])
         mean = j.get("restore_s")
         if name not in costs:  # a trace without incarnations: the mean restore, as before
             if isinstance(mean, int | float) and math.isfinite(mean) and mean >= 0:
-                restore[name] = float(mean)
+                out.restore_s[name] = float(mean)
             continue
-        start, restarts, stops = costs[name]
-        pool = restarts or every_restart or ([start] if start is not None else [])
+        start, restarts, stops, exits = costs[name]
+        pool = restarts or every[0] or ([start] if start is not None else [])
         if pool:
-            restore[name] = sum(pool) / len(pool)
+            out.restore_s[name] = _mean(pool)
         if start is not None:
-            first[name] = start
-        pool = stops or every_stop
-        if pool:
-            stop[name] = sum(pool) / len(pool)
-    return restore, first, stop
+            out.first_start_s[name] = start
+        if stops or every[1]:
+            out.stop_s[name] = _mean(stops or every[1])
+        # a finish without its last step seen has its exit in its last incarnation's cost already
+        unseen = any(i.get("end") == "done" and i.get("last_step_s") is None for i in j["incarnations"] or ())
+        if exits or (every[2] and not unseen):
+            out.exit_s[name] = _mean(exits or every[2])
+    return out
 
 
 def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None = None) -> Twin:
@@ -166,7 +190,7 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
     specs = []
     measured = []
     believed: dict[str, AppProfile] = {}
-    restores, first_starts, stops = _run_latencies(list(trace["jobs"]))
+    latencies = _run_latencies(list(trace["jobs"]))
     learn: set[str] = set()
     for j in trace["jobs"]:
         name = str(j["name"])
@@ -254,10 +278,11 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
         str(run["policy"]),
         result,
         believed,
-        restores,
+        latencies.restore_s,
         frozenset(learn),
-        first_starts,
-        stops,
+        latencies.first_start_s,
+        latencies.stop_s,
+        latencies.exit_s,
     )
 
 

@@ -109,6 +109,11 @@ class Beliefs:
     def seen(self, i: int, gpu_type: str, nodes: int, replicas: int) -> bool:
         return (gpu_type, nodes, replicas) in self.jobs[i].seen
 
+    def ran(self, i: int) -> None:
+        """Job ``i`` ran at a size it had measured: it has measured step times (its work is known to a run's
+        scheduler, :meth:`RunBeliefs.work_known`), and a size measured again refits nothing."""
+        self.jobs[i].measured = True
+
     def observe(self, i: int, gpu_type: str, sample: StepSample) -> None:
         """Add a measurement of job ``i`` on ``gpu_type`` and refit its belief there."""
         b = self.jobs[i]

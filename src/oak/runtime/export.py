@@ -69,12 +69,14 @@ _FINISH = re.compile(r"finished at step (\d+)")
 _RESUMED = re.compile(r"past its resume step \((\d+)\)")
 
 
-def incarnations(history: list[list[Any]]) -> list[dict[str, Any]]:
+def incarnations(history: list[list[Any]], last_step_s: float | None = None) -> list[dict[str, Any]]:
     """A job's incarnations from its phase history (``JobRecord.history``: the scheduler's notes), in order:
     ``launch_s``, ``devices`` (how many), ``from_step``; ``running_s`` when it got past the step it resumed
     from (None: never); how it ended, ``end`` ("stop": asked to checkpoint and exit, "done", "failed"; None:
     still running) at ``end_s``; ``to_step``, the step it had reached when it ended by a stop or finished
-    (None after a failure: the steps since its checkpoint were lost); ``stop_s``, how long a stop took."""
+    (None after a failure: the steps since its checkpoint were lost); ``stop_s``, how long a stop took;
+    ``last_step_s``, for the incarnation that finished, when it was first seen at its last step
+    (``JobRecord.last_step_s``; None: not recorded): from then to ``end_s`` it exited."""
     out: list[dict[str, Any]] = []
     cur: dict[str, Any] | None = None
     for t, phase, note in history:
@@ -95,6 +97,7 @@ def incarnations(history: list[list[Any]]) -> list[dict[str, Any]]:
                     "end_s": None,
                     "to_step": None,
                     "stop_s": None,
+                    "last_step_s": None,
                 }
                 out.append(cur)
             continue
@@ -123,6 +126,10 @@ def incarnations(history: list[list[Any]]) -> list[dict[str, Any]]:
         elif cur["end"] is None and phase in ("queued", "backoff", "failed", "cancelled"):
             cur["end"], cur["end_s"] = "failed", t
             cur = None
+    if out and last_step_s is not None:
+        last = out[-1]
+        if last["end"] == "done" and last["launch_s"] <= last_step_s <= last["end_s"]:
+            last["last_step_s"] = float(last_step_s)
     return out
 
 
@@ -141,7 +148,7 @@ def _job(job: RuntimeJob, r: JobRecord) -> dict[str, Any]:
         "total_steps": LearnedGoodput.total(job, r),
         "steplog": r.steplog,
         "restore_s": restore,
-        "incarnations": incarnations(r.history),
+        "incarnations": incarnations(r.history, r.last_step_s),
         "measured": {
             "state": r.state,
             "jct_s": (r.finish_s - job.submit_s) if r.done and r.finish_s is not None else None,

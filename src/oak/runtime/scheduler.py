@@ -686,6 +686,9 @@ class RuntimeScheduler:
             if r.ready and not stopping:
                 self._settle(r, now, f"past its resume step ({r.launch_step})")
                 r.t_progress_s += dt
+                target = self._target(job, r)
+                if r.last_step_s is None and target > 0 and r.step >= target:
+                    r.last_step_s = now  # its steps are done; it is writing its last checkpoint and exiting
             else:  # restoring, or checkpointing to stop: restore time (T_ckpt), as in the simulator
                 r.t_ckpt_s += dt
                 r.t_queue_s += dt
@@ -1280,6 +1283,7 @@ class RuntimeScheduler:
             r.pids = self.executor.pids(job.name)
             r.launched_at_s = now
             r.launch_step = r.step
+            r.last_step_s = None
             r.ready = False
             self._settle(r, now, f"launched on device(s) {list(devs)} from step {r.step}")
 

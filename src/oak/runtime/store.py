@@ -106,6 +106,9 @@ class JobRecord:
     ending: str = ""
     """The phase a stop in flight ends in once the job has exited: ``cancelled`` for a cancel, else empty (the
     job is queued again, or done or failed as its exit says)."""
+    last_step_s: float | None = None
+    """When the current incarnation was first seen at its last step (run clock; None: not yet): from then until
+    it is done it writes its last checkpoint and exits (``oak replay`` models that exit)."""
 
     @property
     def arrived(self) -> bool:

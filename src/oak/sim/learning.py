@@ -92,6 +92,7 @@ def observe(model: ClusterModel, st: JobsState, active: np.ndarray, seed: int) -
         s = int(st.shape[i])
         t = model.cluster.gpu_types[int(model.shape_type[s])]
         if beliefs.seen(i, t, int(model.shape_nodes[s]), int(model.shape_replicas[s])):
+            beliefs.ran(i)
             continue
         sample = measured(model, i, s, int(st.epoch[i]), seed)
         if sample is not None:

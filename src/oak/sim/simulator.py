@@ -66,6 +66,7 @@ class Simulator:
         warm_start: bool = True,
         first_start_s: Mapping[str, float] | None = None,
         stop_s: Mapping[str, float] | None = None,
+        exit_s: Mapping[str, float] | None = None,
     ) -> None:
         """``warm_start``: hand each round's solver prices to the next round (``RoundSnapshot.solver_prices``);
         False solves every round cold (the reference of ``oak bench sim``). ``idle_fast_forward``: skip the provably unchanged rounds of idle stretches (module docstring); False
@@ -77,7 +78,9 @@ class Simulator:
         A real run's latencies (``oak replay``): ``first_start_s``, job name → its delay at its first start
         (no checkpoint to read; default its restore delay); ``stop_s``, job name → the seconds it takes to
         checkpoint and exit when stopped or moved, during which its GPUs are not free: a job started on them
-        (or the moved job itself) waits that long before its restore begins, as the runtime launches it."""
+        (or the moved job itself) waits that long before its restore begins, as the runtime launches it;
+        ``exit_s``, job name → the seconds from its last step until it is done (its last checkpoint, its exit):
+        meanwhile it holds its GPUs with no work left, kept where it is."""
         self.model = ClusterModel(workload, cluster, catalog, physics)
         self._ckpt: _Checkpoints | None = None
         self._index = {j.name: i for i, j in enumerate(workload.jobs)}
@@ -86,6 +89,12 @@ class Simulator:
         self._first_start = self.model.restore_delay.copy()
         for name, value in (first_start_s or {}).items():
             self._first_start[self._job_index(name, value, "first start delay")] = float(value)
+        self._exit: np.ndarray | None = None
+        self._exit_at = np.zeros(0)  # when each job's exit after its last step ends (inf: not exiting)
+        if exit_s:
+            self._exit = np.zeros(self.model.n)
+            for name, value in exit_s.items():
+                self._exit[self._job_index(name, value, "exit latency")] = float(value)
         self._stop: np.ndarray | None = None
         self._free_at: dict[int, float] = {}  # GPU → when a stopping job releases it (a run's stop latencies)
         if stop_s:
@@ -136,6 +145,7 @@ class Simulator:
         st = JobsState.initial(base_submit)
         st.handover_left = np.zeros(n)
         self._free_at = {}
+        self._exit_at = np.full(n, np.inf)
         if self.model.learned:
             st.beliefs = Beliefs(self.model.table, self.model.apps)
         elif self.believed or self.learn:
@@ -233,6 +243,8 @@ class Simulator:
                 candidates.append(float(st.submit[pending].min()))
             if restoring.any():
                 candidates.append(t + float(st.restore_left[restoring].min()))
+            if self._exit is not None and np.isfinite(self._exit_at).any():
+                candidates.append(float(self._exit_at.min()))
             finishing = running & (st.rate > 0)
             if finishing.any():
                 candidates.append(t + float(((self.model.total - st.progress)[finishing] / st.rate[finishing]).min()))
@@ -258,9 +270,24 @@ class Simulator:
             self._advance(st, t_next - t)
             t = t_next
             # ---- events at t
+            exited = None
+            if self._exit is not None:  # jobs whose exit after their last step ends now
+                exited = np.isfinite(self._exit_at) & (self._exit_at <= t + _EPS * max(1.0, t))
+                if exited.any():
+                    self._exit_at[exited] = np.inf
+                    st.pinned[exited] = False
+                    finishing = finishing | exited
             if finishing.any():
                 left = (self.model.total - st.progress) / np.where(st.rate > 0, st.rate, np.inf)
                 fin = finishing & ((left <= _EPS * np.maximum(1.0, t)) | (st.progress >= self.model.total))
+                if fin.any() and self._exit is not None and exited is not None:  # last step taken: it exits
+                    slow = fin & (self._exit > 0) & ~exited
+                    if slow.any():
+                        st.progress[slow] = self.model.total[slow]
+                        self._exit_at[slow] = t + self._exit[slow]
+                        st.pinned[slow] = True
+                        st.rate[slow] = 0.0
+                        fin = fin & ~slow
                 if fin.any():
                     st.progress[fin] = self.model.total[fin]
                     st.done |= fin
@@ -399,6 +426,7 @@ class Simulator:
                 if any(int(self.model.gpu_node[g]) in gone for g in st.gpus[i])
             ]
             for i in hit:
+                self._end_exit(st, i)
                 self._lose_work(st, i, node_rate_s, hw)
                 st.failures[i] += 1
                 st.rate[i] = 0.0
@@ -495,7 +523,7 @@ class Simulator:
 
     def _update_rates(self, st: JobsState) -> None:
         st.rate[:] = 0.0
-        idx = np.flatnonzero((st.shape >= 0) & (st.restore_left <= 0) & ~st.ghost)
+        idx = np.flatnonzero((st.shape >= 0) & (st.restore_left <= 0) & ~st.ghost & ~st.pinned)
         if len(idx):
             st.rate[idx] = self._shape_rates(st, idx, record_epoch=True)
             if self._ckpt is not None:  # no progress while a checkpoint is written
@@ -510,9 +538,16 @@ class Simulator:
         rows = self.model.tables.rows(idx, e)
         return np.asarray(self.model.tables.rate[rows, st.shape[idx]] / self.model.calibration[idx])
 
+    def _end_exit(self, st: JobsState, i: int) -> None:
+        """A job failed while exiting after its last step: it is no longer exiting (it restarts as any job)."""
+        if self._exit is not None and math.isfinite(self._exit_at[i]):
+            self._exit_at[i] = np.inf
+            st.pinned[i] = False
+
     def _fail(self, st: JobsState, idx: np.ndarray) -> None:
         ph = self.model.physics
         for i in idx:
+            self._end_exit(st, int(i))
             if self._ckpt is not None:
                 self._lose_since(st, int(i), float(st.ckpt_period[i]), float(st.rate[i]))
             elif ph.lost_work != "none":  # "since-restart": from the last (re)start only

@@ -88,6 +88,14 @@ def test_a_replayed_job_takes_its_measured_restore_plus_its_steps_at_its_measure
     _, (c,) = replay(crashed, ["oak"])
     assert c.jobs[0].failures == 1 and c.jobs[0].jct_s == pytest.approx(58.0, rel=1e-3)
     assert "trace(" in c.failure_model
+    # where the run's failures of the job lost work (2.5 s of steps), the replay's lose as much
+    twin = build_twin(crashed, Path(tempfile.mkdtemp()) / "f.csv")
+    sim = Simulator(
+        twin.workload, twin.cluster, twin.catalog, twin.physics, restore_s=twin.restore_s, lost_s={"a": 2.5}
+    )
+    lossy = sim.run(make_policy("oak"), twin.failure_rate, twin.seed).jobs[0]
+    assert lossy.jct_s == pytest.approx(60.5, rel=1e-3)
+    assert lossy.gpu_s_lost == pytest.approx(4.0 + 4.0 + 2.5, rel=1e-3)  # two starts and the lost steps
 
 
 def test_replay_draws_injected_failures_again_from_the_runs_seed_and_keeps_the_rest() -> None:
@@ -313,6 +321,7 @@ def test_a_jobs_incarnations_are_read_from_its_phase_history() -> None:
     }  # fmt: skip
     assert (second["devices"], second["from_step"], second["end"], second["end_s"]) == (1, 80, "failed", 30.0)
     assert second["to_step"] is None and second["stop_s"] is None  # the steps since its checkpoint were lost
+    assert (second["reached_step"], second["lost_steps"]) == (140, 10)  # reported 140, resumed from 130
     # resumed from its checkpoint (130), not from the last step it reported (140)
     assert (third["from_step"], third["end"], third["end_s"], third["to_step"]) == (130, "done", 70.0, 400)
     assert incarnations(HISTORY, last_step_s=69.0)[-1]["last_step_s"] == 69.0  # then its exit took 1 s
@@ -327,6 +336,7 @@ def test_a_start_costs_its_wall_time_beyond_its_steps_and_a_stop_its_measured_la
     assert twin.first_start_s["a"] == pytest.approx(2.0)
     assert twin.restore_s["a"] == pytest.approx((4.0 + 6.6) / 2)
     assert twin.stop_s["a"] == pytest.approx(1.5)
+    assert twin.lost_s["a"] == pytest.approx(10 * 0.12)  # its failure lost 10 steps on 1 device
     assert not twin.exit_s  # no last step recorded
     job = _job("a", 400, {1: 0.12, 2: 0.1}, 9.0, incarnations=incarnations(HISTORY, last_step_s=68.0))
     twin = build_twin(_trace([job], []), Path(tempfile.mkdtemp()) / "f.csv")

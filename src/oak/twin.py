@@ -22,11 +22,13 @@ From a run's trace (:mod:`oak.runtime.export`) the simulator gets:
   other logged failure (a rank's crash, a stall, a node lost) stays at its time, as a failure log line
   (:mod:`oak.failures.trace`): a job's line fires if that job holds devices then, a node's takes the node down
   for as long as it was;
-* each job's exit: from its last step until done it holds its devices with no work left (``Simulator(exit_s=)``).
+* each job's exit: from its last step until done it holds its devices with no work left (``Simulator(exit_s=)``);
+* the work a job's failure lost: the steps its relaunch redid (``Simulator(lost_s=)``).
 
 What it cannot see: a worker's start-up varying from one launch to the next (the mean is used), a tick, step
-times at sizes a job never ran (extrapolated by the fitted model), and work a command job loses at a failure
-(its checkpoint interval is its own). ``docs/twin.md`` measures the gap.
+times at sizes a job never ran (extrapolated by the fitted model), and the work a failure loses beyond what
+the run's own failures of that job lost (a job that never failed in the run loses none). ``docs/twin.md``
+measures the gap.
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ class Twin:
     """Job → its measured stop latency (s): asked to checkpoint and exit, until it had."""
     exit_s: dict[str, float] = dataclasses.field(default_factory=dict)
     """Job → its measured exit (s): from its last step until it was done."""
+    lost_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Job → the running time (s) a failure of it lost in the run (the steps its relaunch redid)."""
 
     def simulator(self) -> Simulator:
         return Simulator(
@@ -93,15 +97,17 @@ class Twin:
             first_start_s=self.first_start_s,
             stop_s=self.stop_s,
             exit_s=self.exit_s,
+            lost_s=self.lost_s,
         )
 
 
-def _start_costs(job: dict[str, Any]) -> tuple[float | None, list[float], list[float], list[float]]:
+def _start_costs(job: dict[str, Any]) -> tuple[float | None, list[float], list[float], list[float], list[float]]:
     """A job's measured start-up cost at its first launch and at each later one, its stop latencies and its
     exit, from its incarnations (:func:`oak.runtime.export.incarnations`). An incarnation that ended by a stop
     or at the end of the job costs its wall time (to its last step, where that was seen) beyond its steps at the
     step time it measured at that size (start-up, checkpoint read, warm-up: whatever the steps did not take);
-    one that failed, from its launch to its first step. Its exit: from its last step to done."""
+    one that failed, from its launch to its first step. Its exit: from its last step to done. A failure's lost
+    work: the steps its relaunch redid, at its step time."""
     per_size: dict[int, list[float]] = {}
     for sample in StepTimeLog.from_dict(job["steplog"]).samples() if job.get("steplog") else ():
         acc = per_size.setdefault(sample.replicas, [0.0, 0.0])
@@ -111,9 +117,13 @@ def _start_costs(job: dict[str, Any]) -> tuple[float | None, list[float], list[f
     restarts: list[float] = []
     stops: list[float] = []
     exits: list[float] = []
+    lost: list[float] = []
     for k, inc in enumerate(job.get("incarnations") or ()):
         if inc.get("stop_s") is not None:
             stops.append(max(float(inc["stop_s"]), 0.0))
+        size = per_size.get(int(inc["devices"]))
+        if inc.get("lost_steps") is not None and size and size[1] > 0:
+            lost.append(int(inc["lost_steps"]) * size[0] / size[1])
         if inc.get("running_s") is None:
             continue
         cost = float(inc["running_s"]) - float(inc["launch_s"])
@@ -121,7 +131,6 @@ def _start_costs(job: dict[str, Any]) -> tuple[float | None, list[float], list[f
         if inc.get("end") == "done" and inc.get("last_step_s") is not None:
             end = float(inc["last_step_s"])
             exits.append(max(float(inc["end_s"]) - end, 0.0))
-        size = per_size.get(int(inc["devices"]))
         if inc.get("end") in ("stop", "done") and inc.get("to_step") is not None and size and size[1] > 0:
             steps = int(inc["to_step"]) - int(inc["from_step"])
             cost = float(end) - float(inc["launch_s"]) - steps * size[0] / size[1]
@@ -129,7 +138,7 @@ def _start_costs(job: dict[str, Any]) -> tuple[float | None, list[float], list[f
             first = max(cost, 0.0)
         else:
             restarts.append(max(cost, 0.0))
-    return first, restarts, stops, exits
+    return first, restarts, stops, exits, lost
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,7 @@ class RunLatencies:
     first_start_s: dict[str, float]
     stop_s: dict[str, float]
     exit_s: dict[str, float]
+    lost_s: dict[str, float]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -153,11 +163,11 @@ def _run_latencies(jobs: list[dict[str, Any]]) -> RunLatencies:
     the same machine's, measured (a job that finished with its last step unseen has its exit in its cost)."""
     costs = {str(j["name"]): _start_costs(j) for j in jobs if "incarnations" in j}
     every = (
-        [x for _, r, _, _ in costs.values() for x in r],
-        [x for _, _, s, _ in costs.values() for x in s],
-        [x for _, _, _, e in costs.values() for x in e],
+        [x for _, r, _, _, _ in costs.values() for x in r],
+        [x for _, _, s, _, _ in costs.values() for x in s],
+        [x for _, _, _, e, _ in costs.values() for x in e],
     )
-    out = RunLatencies({}, {}, {}, {})
+    out = RunLatencies({}, {}, {}, {}, {})
     for j in jobs:
         name = str(j["name"])
         mean = j.get("restore_s")
@@ -165,7 +175,9 @@ def _run_latencies(jobs: list[dict[str, Any]]) -> RunLatencies:
             if isinstance(mean, int | float) and math.isfinite(mean) and mean >= 0:
                 out.restore_s[name] = float(mean)
             continue
-        start, restarts, stops, exits = costs[name]
+        start, restarts, stops, exits, lost = costs[name]
+        if lost:  # its own failures' (another job's checkpoints are not its own)
+            out.lost_s[name] = _mean(lost)
         pool = restarts or every[0] or ([start] if start is not None else [])
         if pool:
             out.restore_s[name] = _mean(pool)
@@ -283,6 +295,7 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
         latencies.first_start_s,
         latencies.stop_s,
         latencies.exit_s,
+        latencies.lost_s,
     )
 
 

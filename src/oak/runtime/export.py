@@ -76,7 +76,9 @@ def incarnations(history: list[list[Any]], last_step_s: float | None = None) -> 
     still running) at ``end_s``; ``to_step``, the step it had reached when it ended by a stop or finished
     (None after a failure: the steps since its checkpoint were lost); ``stop_s``, how long a stop took;
     ``last_step_s``, for the incarnation that finished, when it was first seen at its last step
-    (``JobRecord.last_step_s``; None: not recorded): from then to ``end_s`` it exited."""
+    (``JobRecord.last_step_s``; None: not recorded): from then to ``end_s`` it exited. One that failed and was
+    relaunched also has ``reached_step`` (the step it had reported) and ``lost_steps`` (those its relaunch
+    redid: beyond the checkpoint it resumed from)."""
     out: list[dict[str, Any]] = []
     cur: dict[str, Any] | None = None
     for t, phase, note in history:
@@ -85,6 +87,9 @@ def incarnations(history: list[list[Any]], last_step_s: float | None = None) -> 
             m = _LAUNCH.search(str(note))
             if cur is not None and cur["end"] == "stop" and cur["to_step"] is None and m:
                 cur["to_step"] = int(m.group(2))  # a stop checkpoints: the next launch resumes where it ended
+            failed = out[-1] if out and out[-1]["end"] == "failed" and m else None
+            if failed is not None:  # the step it had reported when it failed (its relaunch is noted from there)
+                failed["reached_step"] = int(m.group(2)) if m else None
             cur = None
             if m:
                 devices = [d for d in m.group(1).split(",") if d.strip()]
@@ -108,6 +113,9 @@ def incarnations(history: list[list[Any]], last_step_s: float | None = None) -> 
             m = _RESUMED.search(str(note))
             if m:  # the checkpoint it resumed from (after a failure, behind the last step it reported)
                 cur["from_step"] = int(m.group(1))
+                before = out[-2] if len(out) > 1 else None
+                if before is not None and before["end"] == "failed" and before.get("reached_step") is not None:
+                    before["lost_steps"] = max(int(before["reached_step"]) - cur["from_step"], 0)
         elif phase == "stopping" and cur["end"] is None:
             cur["end"], cur["end_s"] = "stop", t
         elif phase == "done":

@@ -67,6 +67,7 @@ class Simulator:
         first_start_s: Mapping[str, float] | None = None,
         stop_s: Mapping[str, float] | None = None,
         exit_s: Mapping[str, float] | None = None,
+        lost_s: Mapping[str, float] | None = None,
     ) -> None:
         """``warm_start``: hand each round's solver prices to the next round (``RoundSnapshot.solver_prices``);
         False solves every round cold (the reference of ``oak bench sim``). ``idle_fast_forward``: skip the provably unchanged rounds of idle stretches (module docstring); False
@@ -80,7 +81,8 @@ class Simulator:
         checkpoint and exit when stopped or moved, during which its GPUs are not free: a job started on them
         (or the moved job itself) waits that long before its restore begins, as the runtime launches it;
         ``exit_s``, job name → the seconds from its last step until it is done (its last checkpoint, its exit):
-        meanwhile it holds its GPUs with no work left, kept where it is."""
+        meanwhile it holds its GPUs with no work left, kept where it is; ``lost_s``, job name → the seconds of
+        running a failure loses (at most its running since its last (re)start), where the physics loses none."""
         self.model = ClusterModel(workload, cluster, catalog, physics)
         self._ckpt: _Checkpoints | None = None
         self._index = {j.name: i for i, j in enumerate(workload.jobs)}
@@ -89,6 +91,11 @@ class Simulator:
         self._first_start = self.model.restore_delay.copy()
         for name, value in (first_start_s or {}).items():
             self._first_start[self._job_index(name, value, "first start delay")] = float(value)
+        self._lost: np.ndarray | None = None
+        if lost_s:
+            self._lost = np.zeros(self.model.n)
+            for name, value in lost_s.items():
+                self._lost[self._job_index(name, value, "work lost per failure")] = float(value)
         self._exit: np.ndarray | None = None
         self._exit_at = np.zeros(0)  # when each job's exit after its last step ends (inf: not exiting)
         if exit_s:
@@ -482,14 +489,14 @@ class Simulator:
             self._fail(st, np.array(fired))
         return bool(fired)
 
-    def _lose_since(self, st: JobsState, i: int, interval: float, rate: float) -> None:
+    def _lose_since(self, st: JobsState, i: int, interval: float, rate: float, at_most: float = math.inf) -> None:
         """A failure of job ``i`` (which holds GPUs) loses the running time since its last checkpoint — its last
-        (re)start, or the last multiple of ``interval`` s of running (inf: none) — at progress ``rate``, and it
-        resumes from there."""
+        (re)start, or the last multiple of ``interval`` s of running (inf: none), or ``at_most`` s before now —
+        at progress ``rate``, and it resumes from there."""
         last = st.ckpt_tprog[i]
         if math.isfinite(interval) and interval > 0:
             last = max(last, math.floor(st.t_progress[i] / interval) * interval)
-        lost_t = max(0.0, float(st.t_progress[i] - last))
+        lost_t = max(0.0, min(float(st.t_progress[i] - last), at_most))
         if lost_t > 0:
             gpus = self.model.shape_replicas[st.shape[i]]
             st.progress[i] = max(0.0, st.progress[i] - rate * lost_t)
@@ -550,6 +557,8 @@ class Simulator:
             self._end_exit(st, int(i))
             if self._ckpt is not None:
                 self._lose_since(st, int(i), float(st.ckpt_period[i]), float(st.rate[i]))
+            elif self._lost is not None and self._lost[i] > 0:  # a run's measured loss per failure
+                self._lose_since(st, int(i), math.inf, float(st.rate[i]), at_most=float(self._lost[i]))
             elif ph.lost_work != "none":  # "since-restart": from the last (re)start only
                 every = ph.checkpoint_interval_s if ph.lost_work == "since-checkpoint" else math.inf
                 self._lose_since(st, int(i), every, float(st.rate[i]))

@@ -57,9 +57,9 @@ class PhysicsOptions:
     whatever the policy. failure_restarts: how many restarts a failure adds to the job's count n (0, 1, 2).
     failure_mode: "restore" (a failed job restores in place), "ghost" (it keeps its GPUs without progress
     until the policy changes its allocation) or "requeue" (it gives its GPUs up and waits for the decision its
-    failure triggers, as the runtime does; that relaunch is its restart). lost_work "since-restart": a failure loses the progress since
-    the job's last (re)start (the artifact checkpoints only when a job is reallocated). replicas_cap: False reads
-    a Sia trace's ``num_replicas`` as the demand of rigid policies only, as the artifact does: an adaptive job is
+    failure triggers, as the runtime does; that relaunch is its restart). lost_work "since-restart": a failure
+    loses the progress since the job's last (re)start (the artifact checkpoints only when a job is
+    reallocated). replicas_cap: False reads a Sia trace's ``num_replicas`` as the demand of rigid policies only, as the artifact does: an adaptive job is
     bounded by 64 GPUs and its application's largest batch over its smallest per-GPU batch (and by the
     exploration cap where that is on). first_type_tie: a job that has never run is offered each GPU type's
     smallest configuration at the same goodput (1), as the artifact's policy, which knows nothing of it yet,

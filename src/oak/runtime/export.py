@@ -6,7 +6,8 @@ submissions, with their submit times on the run clock), each job's measured step
 step-time log: the packaged worker's and ``oak.job.report``'s timed steps), its measured restore time (the time
 from each launch to its first step beyond the checkpoint it resumed from: T_ckpt over its incarnations), its
 incarnations one by one (:func:`incarnations`: when each was launched on how many devices, reached its first
-step, ended and how, and how long a stop took, from the job's phase history), its measured result, and the failure log (``RunStore.failures``: injected kills, crashes, stalls, nodes lost and back).
+step, ended and how, how long a stop took, what a failure lost, from the job's phase history), its measured
+result, and the failure log (``RunStore.failures``: injected kills, crashes, stalls, nodes lost and back).
 
 The trace is one JSON document (``FORMAT``, version ``VERSION``); its failures are also written as a failure
 log CSV (:mod:`oak.failures.trace`) that ``--failure-model trace:FILE`` reads.
@@ -87,9 +88,8 @@ def incarnations(history: list[list[Any]], last_step_s: float | None = None) -> 
             m = _LAUNCH.search(str(note))
             if cur is not None and cur["end"] == "stop" and cur["to_step"] is None and m:
                 cur["to_step"] = int(m.group(2))  # a stop checkpoints: the next launch resumes where it ended
-            failed = out[-1] if out and out[-1]["end"] == "failed" and m else None
-            if failed is not None:  # the step it had reported when it failed (its relaunch is noted from there)
-                failed["reached_step"] = int(m.group(2)) if m else None
+            if m and out and out[-1]["end"] == "failed":  # the step it had reported (its relaunch is noted from it)
+                out[-1]["reached_step"] = int(m.group(2))
             cur = None
             if m:
                 devices = [d for d in m.group(1).split(",") if d.strip()]

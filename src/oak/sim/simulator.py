@@ -91,23 +91,11 @@ class Simulator:
         self._first_start = self.model.restore_delay.copy()
         for name, value in (first_start_s or {}).items():
             self._first_start[self._job_index(name, value, "first start delay")] = float(value)
-        self._lost: np.ndarray | None = None
-        if lost_s:
-            self._lost = np.zeros(self.model.n)
-            for name, value in lost_s.items():
-                self._lost[self._job_index(name, value, "work lost per failure")] = float(value)
-        self._exit: np.ndarray | None = None
+        self._lost = self._per_job(lost_s, "work lost per failure")
+        self._exit = self._per_job(exit_s, "exit latency")
         self._exit_at = np.zeros(0)  # when each job's exit after its last step ends (inf: not exiting)
-        if exit_s:
-            self._exit = np.zeros(self.model.n)
-            for name, value in exit_s.items():
-                self._exit[self._job_index(name, value, "exit latency")] = float(value)
-        self._stop: np.ndarray | None = None
+        self._stop = self._per_job(stop_s, "stop latency")
         self._free_at: dict[int, float] = {}  # GPU → when a stopping job releases it (a run's stop latencies)
-        if stop_s:
-            self._stop = np.zeros(self.model.n)
-            for name, value in stop_s.items():
-                self._stop[self._job_index(name, value, "stop latency")] = float(value)
         self.idle_fast_forward = idle_fast_forward
         self.warm_start = warm_start
         self.believed = dict(believed or {})
@@ -122,6 +110,15 @@ class Simulator:
             raise OakInputError("believed goodput is given under known goodput only (--goodput learned learns it)")
         if self.learn:
             self.model.explore = np.array([j.name in self.learn for j in workload.jobs])
+
+    def _per_job(self, values: Mapping[str, float] | None, what: str) -> np.ndarray | None:
+        """(N,) ``values`` by job (0 for the others); None where none is given."""
+        if not values:
+            return None
+        out = np.zeros(self.model.n)
+        for name, value in values.items():
+            out[self._job_index(name, value, what)] = float(value)
+        return out
 
     def _job_index(self, name: str, value: float, what: str) -> int:
         if name not in self._index or not (math.isfinite(value) and value >= 0):
@@ -287,7 +284,8 @@ class Simulator:
             if finishing.any():
                 left = (self.model.total - st.progress) / np.where(st.rate > 0, st.rate, np.inf)
                 fin = finishing & ((left <= _EPS * np.maximum(1.0, t)) | (st.progress >= self.model.total))
-                if fin.any() and self._exit is not None and exited is not None:  # last step taken: it exits
+                if fin.any() and exited is not None:  # its last step taken: it holds its GPUs while it exits
+                    assert self._exit is not None
                     slow = fin & (self._exit > 0) & ~exited
                     if slow.any():
                         st.progress[slow] = self.model.total[slow]
@@ -309,7 +307,8 @@ class Simulator:
                     decide = decide or immediate
             restored = (st.restore_left > 0) & (st.restore_left <= _EPS * max(1.0, t))
             st.restore_left[restored] = 0.0
-            st.handover_left[restored] = 0.0
+            if self._stop is not None:
+                st.handover_left[restored] = 0.0
             if failure_rate > 0:
                 p_fail = failures.probability(self._gpu_count(st))
                 hit = (st.shape >= 0) & ~st.ghost & (np.abs(fail_time - t) <= _EPS * max(1.0, t)) & (fail_u < p_fail)
@@ -516,9 +515,12 @@ class Simulator:
         st.progress[running] += st.rate[running] * dt
         st.t_progress[running] += dt
         st.restore_left[restoring] -= dt
-        hand = np.minimum(dt, st.handover_left[restoring])  # waiting for a stopping job: queueing
-        st.handover_left[restoring] -= hand
-        st.t_ckpt[restoring] += dt - hand
+        if self._stop is None:
+            st.t_ckpt[restoring] += dt
+        else:  # the part spent waiting for a stopping job to release its GPUs is queueing
+            hand = np.minimum(dt, st.handover_left[restoring])
+            st.handover_left[restoring] -= hand
+            st.t_ckpt[restoring] += dt - hand
         st.t_queue[restoring | waiting | ghost] += dt
         g = self._gpu_count(st)
         st.gpu_s += g * dt
@@ -530,7 +532,8 @@ class Simulator:
 
     def _update_rates(self, st: JobsState) -> None:
         st.rate[:] = 0.0
-        idx = np.flatnonzero((st.shape >= 0) & (st.restore_left <= 0) & ~st.ghost & ~st.pinned)
+        runs = (st.shape >= 0) & (st.restore_left <= 0) & ~st.ghost
+        idx = np.flatnonzero(runs if self._exit is None else runs & ~st.pinned)  # pinned: exiting, no work left
         if len(idx):
             st.rate[idx] = self._shape_rates(st, idx, record_epoch=True)
             if self._ckpt is not None:  # no progress while a checkpoint is written

@@ -24,6 +24,8 @@ class Fate:
     durable: bool = True
     step_s: float = 0.0
     """Its measured step time, reported with its steps (the worker's ``steps_timed`` / ``step_time_s``)."""
+    freeze_after_s: float = float("inf")
+    """Its status stops updating this long after its launch (a rank lost: the others block in a collective)."""
 
 
 @dataclass
@@ -62,7 +64,7 @@ class ScriptedExecutor:
         status: dict[str, Any] = {
             "pid": pid,
             "step": fate.reach,
-            "updated_at": t0 if fate.freeze else self.clock.time(),
+            "updated_at": t0 if fate.freeze else min(self.clock.time(), t0 + fate.freeze_after_s),
         }
         if fate.step_s > 0 and fate.reach:
             status.update(steps_timed=fate.reach, step_time_s=fate.step_s)

@@ -329,19 +329,23 @@ def test_a_jobs_incarnations_are_read_from_its_phase_history() -> None:
 
 
 def test_a_start_costs_its_wall_time_beyond_its_steps_and_a_stop_its_measured_latency() -> None:
-    """First launch: 10 s for 80 steps at 0.1 s on 2 devices → 2 s of start-up; the third: 39 s for 270 steps at
-    0.12 s on 1 → 6.6 s; the second failed: launch to first step, 4 s. Restarts cost their mean (5.3 s)."""
+    """First launch: 10 s for 80 steps at 0.1 s on 2 devices → 2 s of start-up, seen running at 2 s; the third:
+    39 s for 270 steps at 0.12 s on 1 → 6.6 s, seen running 5 s after its launch (its steps took 1.6 s longer
+    than their step time: its delay is its cost, no credit); the second failed: launch to first step, 4 s (no
+    credit). A restart's delay is their mean, 5.3 s."""
     job = _job("a", 400, {1: 0.12, 2: 0.1}, 9.0, incarnations=incarnations(HISTORY))
     twin = build_twin(_trace([job], []), Path(tempfile.mkdtemp()) / "f.csv")
     assert twin.first_start_s["a"] == pytest.approx(2.0)
     assert twin.restore_s["a"] == pytest.approx((4.0 + 6.6) / 2)
+    assert "a" not in twin.credit_s
     assert twin.stop_s["a"] == pytest.approx(1.5)
     assert twin.lost_s["a"] == pytest.approx(10 * 0.12)  # its failure lost 10 steps on 1 device
     assert not twin.exit_s  # no last step recorded
     job = _job("a", 400, {1: 0.12, 2: 0.1}, 9.0, incarnations=incarnations(HISTORY, last_step_s=68.0))
     twin = build_twin(_trace([job], []), Path(tempfile.mkdtemp()) / "f.csv")
     assert twin.exit_s["a"] == pytest.approx(2.0)  # 68 → 70 s
-    assert twin.restore_s["a"] == pytest.approx((4.0 + 4.6) / 2)  # the third: 37 s to its last step
+    assert twin.restore_s["a"] == pytest.approx((4.0 + 5.0) / 2)  # as seen; the third: 37 s to its last step:
+    assert twin.credit_s["a"][1] == pytest.approx((0.0 + 0.4) / 2)  # 4.6 s of cost, seen after 5
     old = build_twin(_trace([_job("a", 400, {1: 0.12, 2: 0.1}, 9.0)], []), Path(tempfile.mkdtemp()) / "f.csv")
     assert old.restore_s == {"a": 9.0} and not (old.first_start_s or old.stop_s or old.exit_s)  # a trace without
 
@@ -453,3 +457,34 @@ def test_a_learned_command_job_is_known_once_it_has_run_even_at_its_first_size()
 
     twin.simulator().run(make_policy("oak"), 0.0, 0, on_round=observe)
     assert known[0] == (0.0, False) and known[-1][1]  # unknown at its arrival, known after a round of running
+
+
+def test_a_start_is_seen_restoring_as_long_as_the_run_saw_it_and_credited_the_steps_taken_meanwhile() -> None:
+    """a (200 steps at 0.1 s on 2 devices) costs 2 s to start. Seen by the scheduler 5 s after its launch, with
+    the 3 s of running it did meanwhile credited, the round at b's arrival (4 s) finds it restoring, as the run's
+    did, and it ends when a 2-s start without credit ends it (22 s); with 1 s credited it ends 2 s later."""
+    a = _job("a", 200, {1: 0.2, 2: 0.1}, 2.0)
+    b = {**_job("b", 100, {1: 0.2, 2: 0.1}, 3.0), "submit_s": 4.0}
+    twin = build_twin(_trace([a, b], [], devices=4), Path(tempfile.mkdtemp()) / "f.csv")
+    jct: dict[tuple[float, float], float | None] = {}
+    for start, credit in ((2.0, 0.0), (5.0, 3.0), (5.0, 1.0)):
+        seen: list[RoundSnapshot] = []
+
+        def observe(s: RoundSnapshot, _a: Allocation, _p: object, seen: list[RoundSnapshot] = seen) -> None:
+            seen.append(s)
+
+        sim = Simulator(
+            twin.workload, twin.cluster, twin.catalog, twin.physics,
+            restore_s={"a": 2.0, "b": 3.0}, first_start_s={"a": start}, credit_s={"a": (credit, 0.0)},
+        )  # fmt: skip
+        r = sim.run(make_policy("oak"), 0.0, 0, on_round=observe)
+        at_b = [s for s in seen if s.time_s == pytest.approx(4.0)]
+        assert at_b and bool(at_b[0].restoring[0]) == (start > 4.0)
+        assert r.jobs[0].t_ckpt_s == pytest.approx(start) and r.jobs[0].restarts == 0
+        jct[(start, credit)] = r.jobs[0].jct_s
+    assert jct[(2.0, 0.0)] == pytest.approx(22.0, rel=0.01)
+    assert jct[(5.0, 3.0)] == pytest.approx(jct[(2.0, 0.0)])
+    assert jct[(5.0, 1.0)] == pytest.approx(jct[(2.0, 0.0)] + 2.0)
+    for bad in ({"c": (1.0, 1.0)}, {"a": (-1.0, 0.0)}):
+        with pytest.raises(OakInputError, match="start credit of job"):
+            Simulator(twin.workload, twin.cluster, twin.catalog, twin.physics, credit_s=bad)

@@ -84,6 +84,8 @@ class Twin:
     """Job → its measured exit (s): from its last step until it was done."""
     lost_s: dict[str, float] = dataclasses.field(default_factory=dict)
     """Job → the running time (s) a failure of it lost in the run (the steps its relaunch redid)."""
+    credit_s: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    """Job → the running its first start's and a restart's delay include (:class:`Simulator`'s ``credit_s``)."""
 
     def simulator(self) -> Simulator:
         return Simulator(
@@ -98,47 +100,62 @@ class Twin:
             stop_s=self.stop_s,
             exit_s=self.exit_s,
             lost_s=self.lost_s,
+            credit_s=self.credit_s,
         )
 
 
-def _start_costs(job: dict[str, Any]) -> tuple[float | None, list[float], list[float], list[float], list[float]]:
-    """A job's measured start-up cost at its first launch and at each later one, its stop latencies and its
-    exit, from its incarnations (:func:`oak.runtime.export.incarnations`). An incarnation that ended by a stop
-    or at the end of the job costs its wall time (to its last step, where that was seen) beyond its steps at the
-    step time it measured at that size (start-up, checkpoint read, warm-up: whatever the steps did not take);
-    one that failed, from its launch to its first step. Its exit: from its last step to done. A failure's lost
-    work: the steps its relaunch redid, at its step time."""
+@dataclass
+class _Starts:
+    """A job's measured latencies from its incarnations (:func:`_start_costs`)."""
+
+    first: tuple[float, float] | None = None
+    """Its first launch: (delay as the scheduler saw it, its credit)."""
+    restarts: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    """Each later launch's (delay as the scheduler saw it, its credit)."""
+    stops: list[float] = dataclasses.field(default_factory=list)
+    exits: list[float] = dataclasses.field(default_factory=list)
+    lost: list[float] = dataclasses.field(default_factory=list)
+
+
+def _start_costs(job: dict[str, Any]) -> _Starts:
+    """A job's measured start-ups, stop latencies, exits and lost work, from its incarnations
+    (:func:`oak.runtime.export.incarnations`). A start's delay is as the run's scheduler saw it: from the launch
+    until it saw the job past its resume step. Its cost is what the steps did not take: an incarnation that ended
+    by a stop or at the end of the job costs its wall time (to its last step, where that was seen) beyond its
+    steps at the step time it measured at that size (start-up, checkpoint read, warm-up); one that failed, its
+    delay. Its credit: delay minus cost, the running its delay includes (the steps taken before the scheduler
+    saw them; where its steps took longer than their step time, so that its cost exceeds the delay seen, the
+    delay is its cost and there is none). Its exit: from its last step to done. A failure's lost work: the steps
+    its relaunch redid, at its step time."""
     per_size: dict[int, list[float]] = {}
     for sample in StepTimeLog.from_dict(job["steplog"]).samples() if job.get("steplog") else ():
         acc = per_size.setdefault(sample.replicas, [0.0, 0.0])
         acc[0] += sample.step_time_s * sample.steps
         acc[1] += sample.steps
-    first: float | None = None
-    restarts: list[float] = []
-    stops: list[float] = []
-    exits: list[float] = []
-    lost: list[float] = []
+    out = _Starts()
     for k, inc in enumerate(job.get("incarnations") or ()):
         if inc.get("stop_s") is not None:
-            stops.append(max(float(inc["stop_s"]), 0.0))
+            out.stops.append(max(float(inc["stop_s"]), 0.0))
         size = per_size.get(int(inc["devices"]))
         if inc.get("lost_steps") is not None and size and size[1] > 0:
-            lost.append(int(inc["lost_steps"]) * size[0] / size[1])
+            out.lost.append(int(inc["lost_steps"]) * size[0] / size[1])
         if inc.get("running_s") is None:
             continue
-        cost = float(inc["running_s"]) - float(inc["launch_s"])
+        seen = max(float(inc["running_s"]) - float(inc["launch_s"]), 0.0)
+        cost = seen
         end = inc.get("end_s")
         if inc.get("end") == "done" and inc.get("last_step_s") is not None:
             end = float(inc["last_step_s"])
-            exits.append(max(float(inc["end_s"]) - end, 0.0))
+            out.exits.append(max(float(inc["end_s"]) - end, 0.0))
         if inc.get("end") in ("stop", "done") and inc.get("to_step") is not None and size and size[1] > 0:
             steps = int(inc["to_step"]) - int(inc["from_step"])
-            cost = float(end) - float(inc["launch_s"]) - steps * size[0] / size[1]
+            cost = max(float(end) - float(inc["launch_s"]) - steps * size[0] / size[1], 0.0)
+        delay = max(seen, cost)
         if k == 0:
-            first = max(cost, 0.0)
+            out.first = (delay, delay - cost)
         else:
-            restarts.append(max(cost, 0.0))
-    return first, restarts, stops, exits, lost
+            out.restarts.append((delay, delay - cost))
+    return out
 
 
 @dataclass(frozen=True)
@@ -150,6 +167,8 @@ class RunLatencies:
     stop_s: dict[str, float]
     exit_s: dict[str, float]
     lost_s: dict[str, float]
+    credit_s: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    """Job → the running its (first start's, a restart's) delay includes (:class:`Simulator`'s ``credit_s``)."""
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -157,16 +176,14 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def _run_latencies(jobs: list[dict[str, Any]]) -> RunLatencies:
-    """Each job's restore delay at a restart, its first start's, its stop latency and its exit, from the
-    trace's incarnations (:func:`_start_costs`; a trace without them: the mean restore, nothing else). A job
-    that never restarted (stopped, finished) in the run does so in the replay at the mean over the run's:
+    """Each job's restore delay at a restart and its credit, its first start's, its stop latency and its exit,
+    from the trace's incarnations (:func:`_start_costs`; a trace without them: the mean restore, nothing else). A
+    job that never restarted (stopped, finished) in the run does so in the replay at the mean over the run's:
     the same machine's, measured (a job that finished with its last step unseen has its exit in its cost)."""
     costs = {str(j["name"]): _start_costs(j) for j in jobs if "incarnations" in j}
-    every = (
-        [x for _, r, _, _, _ in costs.values() for x in r],
-        [x for _, _, s, _, _ in costs.values() for x in s],
-        [x for _, _, _, e, _ in costs.values() for x in e],
-    )
+    every_restart = [x for c in costs.values() for x in c.restarts]
+    every_stop = [x for c in costs.values() for x in c.stops]
+    every_exit = [x for c in costs.values() for x in c.exits]
     out = RunLatencies({}, {}, {}, {}, {})
     for j in jobs:
         name = str(j["name"])
@@ -175,20 +192,24 @@ def _run_latencies(jobs: list[dict[str, Any]]) -> RunLatencies:
             if isinstance(mean, int | float) and math.isfinite(mean) and mean >= 0:
                 out.restore_s[name] = float(mean)
             continue
-        start, restarts, stops, exits, lost = costs[name]
-        if lost:  # its own failures' (another job's checkpoints are not its own)
-            out.lost_s[name] = _mean(lost)
-        pool = restarts or every[0] or ([start] if start is not None else [])
+        c = costs[name]
+        if c.lost:  # its own failures' (another job's checkpoints are not its own)
+            out.lost_s[name] = _mean(c.lost)
+        pool = c.restarts or every_restart or ([c.first] if c.first is not None else [])
+        restart = (0.0, 0.0)
         if pool:
-            out.restore_s[name] = _mean(pool)
-        if start is not None:
-            out.first_start_s[name] = start
-        if stops or every[1]:
-            out.stop_s[name] = _mean(stops or every[1])
+            restart = (_mean([d for d, _ in pool]), _mean([x for _, x in pool]))
+            out.restore_s[name] = restart[0]
+        if c.first is not None:
+            out.first_start_s[name] = c.first[0]
+        if (c.first is not None and c.first[1]) or restart[1]:
+            out.credit_s[name] = (c.first[1] if c.first is not None else restart[1], restart[1])
+        if c.stops or every_stop:
+            out.stop_s[name] = _mean(c.stops or every_stop)
         # a finish without its last step seen has its exit in its last incarnation's cost already
         unseen = any(i.get("end") == "done" and i.get("last_step_s") is None for i in j["incarnations"] or ())
-        if exits or (every[2] and not unseen):
-            out.exit_s[name] = _mean(exits or every[2])
+        if c.exits or (every_exit and not unseen):
+            out.exit_s[name] = _mean(c.exits or every_exit)
     return out
 
 
@@ -296,6 +317,7 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
         latencies.stop_s,
         latencies.exit_s,
         latencies.lost_s,
+        latencies.credit_s,
     )
 
 

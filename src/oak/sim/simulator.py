@@ -68,6 +68,7 @@ class Simulator:
         stop_s: Mapping[str, float] | None = None,
         exit_s: Mapping[str, float] | None = None,
         lost_s: Mapping[str, float] | None = None,
+        credit_s: Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
         """``warm_start``: hand each round's solver prices to the next round (``RoundSnapshot.solver_prices``);
         False solves every round cold (the reference of ``oak bench sim``). ``idle_fast_forward``: skip the provably unchanged rounds of idle stretches (module docstring); False
@@ -82,7 +83,11 @@ class Simulator:
         (or the moved job itself) waits that long before its restore begins, as the runtime launches it;
         ``exit_s``, job name → the seconds from its last step until it is done (its last checkpoint, its exit):
         meanwhile it holds its GPUs with no work left, kept where it is; ``lost_s``, job name → the seconds of
-        running a failure loses (at most its running since its last (re)start), where the physics loses none."""
+        running a failure loses (at most its running since its last (re)start), where the physics loses none;
+        ``credit_s``, job name → the running (s) its delay at its first start and at a restart includes: the
+        steps it took before the run's scheduler saw it past its resume step, at most the delay. The delay is
+        then the one the scheduler saw (rounds meanwhile find the job restoring), and at its end the job is that
+        much further (its time in running unchanged)."""
         self.model = ClusterModel(workload, cluster, catalog, physics)
         self._ckpt: _Checkpoints | None = None
         self._index = {j.name: i for i, j in enumerate(workload.jobs)}
@@ -92,6 +97,17 @@ class Simulator:
         for name, value in (first_start_s or {}).items():
             self._first_start[self._job_index(name, value, "first start delay")] = float(value)
         self._lost = self._per_job(lost_s, "work lost per failure")
+        self._credit: tuple[np.ndarray, np.ndarray] | None = None  # (first start's, a restart's) by job
+        self._credit_left = np.zeros(0)  # the running credited when each job's current delay ends
+        if credit_s:
+            self._credit = (np.zeros(self.model.n), np.zeros(self.model.n))
+            for name, pair in credit_s.items():
+                first, again = (float(x) for x in pair)
+                if name not in self._index or not (0 <= first < math.inf and 0 <= again < math.inf):
+                    raise OakInputError(
+                        f"start credit of job {name!r}: {pair!r}: expected a job of the workload, >= 0 s"
+                    )
+                self._credit[0][self._index[name]], self._credit[1][self._index[name]] = first, again
         self._exit = self._per_job(exit_s, "exit latency")
         self._exit_at = np.zeros(0)  # when each job's exit after its last step ends (inf: not exiting)
         self._stop = self._per_job(stop_s, "stop latency")
@@ -150,6 +166,7 @@ class Simulator:
         st.handover_left = np.zeros(n)
         self._free_at = {}
         self._exit_at = np.full(n, np.inf)
+        self._credit_left = np.zeros(n)
         if self.model.learned:
             st.beliefs = Beliefs(self.model.table, self.model.apps)
         elif self.believed or self.learn:
@@ -307,6 +324,10 @@ class Simulator:
                     decide = decide or immediate
             restored = (st.restore_left > 0) & (st.restore_left <= _EPS * max(1.0, t))
             st.restore_left[restored] = 0.0
+            if self._credit is not None:  # a (re)start's delay over (``restored`` misses one that hit 0 exactly)
+                over = (self._credit_left > 0) & (st.shape >= 0) & ~st.ghost & (st.restore_left <= _EPS * max(1.0, t))
+                if over.any():
+                    self._take_credit(st, np.flatnonzero(over))
             if self._stop is not None:
                 st.handover_left[restored] = 0.0
             if failure_rate > 0:
@@ -548,6 +569,13 @@ class Simulator:
         rows = self.model.tables.rows(idx, e)
         return np.asarray(self.model.tables.rate[rows, st.shape[idx]] / self.model.calibration[idx])
 
+    def _take_credit(self, st: JobsState, idx: np.ndarray) -> None:
+        """Jobs ``idx`` end their (re)start's delay: the steps they took during it, at the rate of their shape."""
+        credit = self._credit_left[idx]
+        self._credit_left[idx] = 0.0
+        rate = self._shape_rates(st, idx)
+        st.progress[idx] = np.minimum(st.progress[idx] + rate * credit, self.model.total[idx])
+
     def _end_exit(self, st: JobsState, i: int) -> None:
         """A job failed while exiting after its last step: it is no longer exiting (it restarts as any job)."""
         if self._exit is not None and math.isfinite(self._exit_at[i]):
@@ -580,8 +608,12 @@ class Simulator:
             if ph.failure_mode == "ghost":
                 st.ghost[i] = True  # holds its GPUs, does nothing, until its allocation changes
                 st.restore_left[i] = 0.0
+                if self._credit is not None:
+                    self._credit_left[i] = 0.0
             else:
                 st.restore_left[i] = self.model.restore_delay[i]
+                if self._credit is not None:
+                    self._credit_left[i] = self._credit[1][i]
 
     def _decide(
         self,
@@ -647,14 +679,17 @@ class Simulator:
             st.gpus[i] = it.gpus
             if it.intent is Intent.RELOCATE:
                 continue  # same GPU type and GPUs per node: moved, not restarted
-            delay = self.model.restore_delay[i] if st.started[i] else self._first_start[i]
-            if st.started[i]:
+            restart = bool(st.started[i])
+            delay = self.model.restore_delay[i] if restart else self._first_start[i]
+            if restart:
                 st.restarts[i] += 1
             st.started[i] = True
             wait = own = 0.0
             if self._stop is not None:  # launched once its GPUs (and, moved, the job itself) are free
                 own = own_stop.get(i, t) - t  # its own checkpoint and exit: restart cost, not queueing
                 wait = max([self._free_at.get(g, t) for g in it.gpus] + [t + own]) - t
+            if self._credit is not None:
+                self._credit_left[i] = self._credit[1 if restart else 0][i]
             st.restore_left[i] = delay + wait
             st.handover_left[i] = wait - own
             st.ckpt_tprog[i] = st.t_progress[i]  # a move checkpoints first: the restart resumes from here

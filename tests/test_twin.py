@@ -17,7 +17,7 @@ from oak.goodput.online import StepTimeLog
 from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.policies import make_policy
 from oak.policies.base import PolicyBase
-from oak.runtime.export import export_trace, failure_events, incarnations, load_trace
+from oak.runtime.export import arrived, export_trace, failure_events, incarnations, load_trace
 from oak.runtime.jobs_file import parse_jobs
 from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
 from oak.sim.simulator import Simulator
@@ -488,3 +488,27 @@ def test_a_start_is_seen_restoring_as_long_as_the_run_saw_it_and_credited_the_st
     for bad in ({"c": (1.0, 1.0)}, {"a": (-1.0, 0.0)}):
         with pytest.raises(OakInputError, match="start credit of job"):
             Simulator(twin.workload, twin.cluster, twin.catalog, twin.physics, credit_s=bad)
+
+
+def test_a_job_arrives_when_the_runs_scheduler_took_it_in_and_its_jct_counts_from_its_submission() -> None:
+    """b, submitted at 10 s, was taken in by the run's scheduler at its tick 0.4 s later: the replay's round on
+    its arrival runs then, and its JCT still counts from 10 s (0.4 s longer than with no lag)."""
+    assert arrived([[10.4, "queued", "arrived"], [10.4, "restoring", "launched on device(s) [0]"]]) == 10.4
+    assert arrived([]) is None
+    a = _job("a", 400, {1: 0.2, 2: 0.1}, 2.0)
+    b = {**_job("b", 100, {1: 0.2, 2: 0.1}, 3.0), "submit_s": 10.0}
+    results = {}
+    for seen in (None, 10.4):
+        twin = build_twin(_trace([a, {**b, "arrived_s": seen}], [], devices=2), Path(tempfile.mkdtemp()) / "f.csv")
+        assert twin.arrival_lag_s == ({} if seen is None else {"b": pytest.approx(0.4)})
+        times: list[float] = []
+
+        def observe(s: RoundSnapshot, _a: Allocation, _p: object, times: list[float] = times) -> None:
+            times.append(s.time_s)
+
+        r = {j.name: j for j in twin.simulator().run(_Newest(), 0.0, 0, on_round=observe).jobs}
+        assert r["b"].submit_s == 10.0 and (seen or 10.0) in times and (seen is None or 10.0 not in times)
+        results[seen] = r
+    jb0, jb = results[None]["b"].jct_s, results[10.4]["b"].jct_s
+    assert jb0 is not None and jb is not None and jb - jb0 == pytest.approx(0.4)
+    assert results[10.4]["b"].t_queue_s == pytest.approx(results[None]["b"].t_queue_s)  # queued from its arrival

@@ -86,6 +86,8 @@ class Twin:
     """Job → the running time (s) a failure of it lost in the run (the steps its relaunch redid)."""
     credit_s: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     """Job → the running its first start's and a restart's delay include (:class:`Simulator`'s ``credit_s``)."""
+    arrival_lag_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Job → the seconds from its submission until the run's scheduler took it in (its tick)."""
 
     def simulator(self) -> Simulator:
         return Simulator(
@@ -101,6 +103,7 @@ class Twin:
             exit_s=self.exit_s,
             lost_s=self.lost_s,
             credit_s=self.credit_s,
+            arrival_lag_s=self.arrival_lag_s,
         )
 
 
@@ -225,8 +228,11 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
     believed: dict[str, AppProfile] = {}
     latencies = _run_latencies(list(trace["jobs"]))
     learn: set[str] = set()
+    lag: dict[str, float] = {}
     for j in trace["jobs"]:
         name = str(j["name"])
+        if j.get("arrived_s") is not None and float(j["arrived_s"]) > float(j["submit_s"]):
+            lag[name] = float(j["arrived_s"]) - float(j["submit_s"])
         samples = tuple(StepTimeLog.from_dict(j["steplog"]).samples()) if j.get("steplog") else ()
         if not samples:
             raise OakInputError(
@@ -318,6 +324,7 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
         latencies.exit_s,
         latencies.lost_s,
         latencies.credit_s,
+        lag,
     )
 
 

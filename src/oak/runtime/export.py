@@ -141,6 +141,12 @@ def incarnations(history: list[list[Any]], last_step_s: float | None = None) -> 
     return out
 
 
+def arrived(history: list[list[Any]]) -> float | None:
+    """When the scheduler took the job in (its first "arrived" note: the tick after its submission); None if
+    the history has none."""
+    return next((float(t) for t, _, note in history if note == "arrived"), None)
+
+
 def _job(job: RuntimeJob, r: JobRecord) -> dict[str, Any]:
     restore = r.t_ckpt_s / r.incarnations if r.incarnations else None
     return {
@@ -157,6 +163,7 @@ def _job(job: RuntimeJob, r: JobRecord) -> dict[str, Any]:
         "steplog": r.steplog,
         "restore_s": restore,
         "incarnations": incarnations(r.history, r.last_step_s),
+        "arrived_s": arrived(r.history),
         "measured": {
             "state": r.state,
             "jct_s": (r.finish_s - job.submit_s) if r.done and r.finish_s is not None else None,

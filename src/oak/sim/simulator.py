@@ -69,6 +69,7 @@ class Simulator:
         exit_s: Mapping[str, float] | None = None,
         lost_s: Mapping[str, float] | None = None,
         credit_s: Mapping[str, tuple[float, float]] | None = None,
+        arrival_lag_s: Mapping[str, float] | None = None,
     ) -> None:
         """``warm_start``: hand each round's solver prices to the next round (``RoundSnapshot.solver_prices``);
         False solves every round cold (the reference of ``oak bench sim``). ``idle_fast_forward``: skip the provably unchanged rounds of idle stretches (module docstring); False
@@ -87,7 +88,9 @@ class Simulator:
         ``credit_s``, job name → the running (s) its delay at its first start and at a restart includes: the
         steps it took before the run's scheduler saw it past its resume step, at most the delay. The delay is
         then the one the scheduler saw (rounds meanwhile find the job restoring), and at its end the job is that
-        much further (its time in running unchanged)."""
+        much further (its time in running unchanged); ``arrival_lag_s``, job name → the seconds from its submission
+        until the run's scheduler took it in (its tick): it arrives that much later, its JCT still counts from its
+        submission and its queueing from its arrival, as the runtime counts them."""
         self.model = ClusterModel(workload, cluster, catalog, physics)
         self._ckpt: _Checkpoints | None = None
         self._index = {j.name: i for i, j in enumerate(workload.jobs)}
@@ -109,6 +112,7 @@ class Simulator:
                     )
                 self._credit[0][self._index[name]], self._credit[1][self._index[name]] = first, again
         self._exit = self._per_job(exit_s, "exit latency")
+        self._arrival_lag = self._per_job(arrival_lag_s, "arrival lag")
         self._exit_at = np.zeros(0)  # when each job's exit after its last step ends (inf: not exiting)
         self._stop = self._per_job(stop_s, "stop latency")
         self._free_at: dict[int, float] = {}  # GPU → when a stopping job releases it (a run's stop latencies)
@@ -162,6 +166,8 @@ class Simulator:
         base_submit = np.array([j.submit_time_s for j in self.model.workload.jobs], dtype=np.float64)
         if ph.arrival_jitter_s > 0:
             base_submit = base_submit + ph.arrival_jitter_s * rng.uniforms(seed, rng.STREAM_ARRIVAL, self.model.keys, 0)
+        if self._arrival_lag is not None:
+            base_submit = base_submit + self._arrival_lag
         st = JobsState.initial(base_submit)
         st.handover_left = np.zeros(n)
         self._free_at = {}
@@ -356,12 +362,13 @@ class Simulator:
             if t >= (k + 1) * round_s - _EPS:
                 decide = True
         end = t
+        submitted = st.submit if self._arrival_lag is None else st.submit - self._arrival_lag
         jobs = tuple(
             JobResult(
                 name=spec.name,
                 application=spec.application,
-                submit_s=float(st.submit[i]),
-                jct_s=float(st.finish[i] - st.submit[i]) if st.done[i] else None,
+                submit_s=float(submitted[i]),
+                jct_s=float(st.finish[i] - submitted[i]) if st.done[i] else None,
                 restarts=int(st.restarts[i]),
                 failures=int(st.failures[i]),
                 t_progress_s=float(st.t_progress[i]),
@@ -382,7 +389,7 @@ class Simulator:
             seed=seed,
             jobs=jobs,
             decision_ms=tuple(decision_ms),
-            makespan_s=last - float(st.submit.min()),
+            makespan_s=last - float(submitted.min()),
             end_time_s=end,
             wall_s=time.perf_counter() - wall_start,
             failure_model=hw.describe() if hw_on else "",

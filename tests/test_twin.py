@@ -20,6 +20,7 @@ from oak.policies.base import PolicyBase
 from oak.runtime.export import arrived, export_trace, failure_events, incarnations, load_trace
 from oak.runtime.jobs_file import parse_jobs
 from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
+from oak.runtime.store import JobRecord
 from oak.sim.simulator import Simulator
 from oak.twin import build_twin, gap, replay
 from oak.workloads import load_workload
@@ -512,3 +513,25 @@ def test_a_job_arrives_when_the_runs_scheduler_took_it_in_and_its_jct_counts_fro
     jb0, jb = results[None]["b"].jct_s, results[10.4]["b"].jct_s
     assert jb0 is not None and jb is not None and jb - jb0 == pytest.approx(0.4)
     assert results[10.4]["b"].t_queue_s == pytest.approx(results[None]["b"].t_queue_s)  # queued from its arrival
+
+
+def test_step_times_span_the_reports_the_scheduler_missed(tmp_path: Path) -> None:
+    """A job reports steps 0–10 at 0.1 s, 10–20 at 1 s (a stall) and 20–30 at 0.1 s, each report timing the
+    steps since the one before. A scheduler that read the first and the last only (it stalled too) records the
+    last as 20 steps over the 11 s since the first, not 10 steps at 0.1 s: its log holds all 30 steps in 12 s.
+    A report read again adds nothing; one whose own step time is absurd is not used."""
+    text = "jobs:\n  - {name: j, model: tiny, target_steps: 100, max_gpus: 1, batch_size: 8}\n"
+    ex = ScriptedExecutor([Fate()])
+    opts = RuntimeOptions(devices=1, round_s=60.0, tick_s=1.0, time_limit_s=3600.0)
+    sched = RuntimeScheduler(
+        parse_jobs(text, "one.yaml"), make_policy("oak"), tmp_path / "run", opts, ex, clock=ex.clock
+    )
+    job, r = sched.jobs[0], JobRecord("j")
+    r.devices = [0]
+    for steps_timed, step_time, updated, step in [(10, 0.1, 101.0, 10), (10, 0.1, 101.0, 10), (10, 0.1, 112.0, 30)]:
+        sched._record_step_time(job, r, steps_timed, step_time, updated, step)
+    samples = StepTimeLog.from_dict(r.steplog).samples()
+    assert sum(s.steps for s in samples) == 30
+    assert sum(s.steps * s.step_time_s for s in samples) == pytest.approx(12.0)
+    sched._record_step_time(job, r, 10, math.inf, 125.0, 50)  # absurd: not used, whatever it missed
+    assert sum(s.steps for s in StepTimeLog.from_dict(r.steplog).samples()) == 30

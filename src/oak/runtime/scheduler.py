@@ -164,8 +164,9 @@ class _Live:
     last_round_k: int = -1
     heard: dict[str, tuple[float | None, float]] = field(default_factory=dict)
     """Job → (its last status's ``updated_at``, when this scheduler first saw it; at launch: when launched)."""
-    timed: dict[str, float] = field(default_factory=dict)
-    """Command job → ``updated_at`` of the last report whose step time was recorded."""
+    timed: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """Job → ``updated_at`` and step of the last report this incarnation read (the base of a report after
+    ones it missed)."""
     first_report: dict[str, bool] = field(default_factory=dict)
     """Command job → its current incarnation has not reported yet."""
     stopping: dict[int, float] = field(default_factory=dict)
@@ -676,6 +677,7 @@ class RuntimeScheduler:
                         int(status.get("steps_timed") or 0),
                         float(status.get("step_time_s") or 0.0),
                         float(status.get("updated_at") or 0.0),
+                        step,
                     )
             if status is not None and ours:
                 with contextlib.suppress(TypeError, ValueError):
@@ -763,17 +765,26 @@ class RuntimeScheduler:
         else:
             r.ready = True
             r.step = max(r.step, step)
-        self._record_step_time(job, r, steps_timed, step_time, updated)
+        self._record_step_time(job, r, steps_timed, step_time, updated, step)
 
     def _record_step_time(
-        self, job: RuntimeJob, r: JobRecord, steps_timed: int, step_time: float, updated: float
+        self, job: RuntimeJob, r: JobRecord, steps_timed: int, step_time: float, updated: float, step: int
     ) -> None:
         """Add a report's measured step time at the job's allocation to its step-time log: a command job's
-        learned goodput model, and for every job what ``oak export-trace`` gives the simulator."""
-        seen = self._live.timed.get(job.name)
+        learned goodput model, and for every job what ``oak export-trace`` gives the simulator. A report times
+        the steps since the one before it (both the packaged worker and ``oak.job`` write contiguous windows);
+        where this scheduler missed reports in between — it reads only the newest, and a machine that stalls
+        stalls it too, so the slow windows are the ones it misses — the sample spans the steps and the time
+        (``updated_at``, the job's clock) since the last report it read, so that no stretch goes unmeasured."""
+        last = self._live.timed.get(job.name)
+        if last is not None and updated == last[0]:
+            return  # read before
+        self._live.timed[job.name] = (updated, step)
         ok = 0 < steps_timed <= MAX_TIMED_STEPS and math.isfinite(step_time) and 0 < step_time <= MAX_STEP_S
-        if ok and updated != seen:
-            self._live.timed[job.name] = updated
+        if ok and last is not None and step - last[1] > steps_timed and math.isfinite(updated) and updated > last[0]:
+            steps_timed, step_time = step - last[1], (updated - last[0]) / (step - last[1])  # reports it missed
+            ok = steps_timed <= MAX_TIMED_STEPS and step_time <= MAX_STEP_S
+        if ok:
             world = max(1, len(r.devices))
             bsz = (r.batch_size or job.batch_size) / world
             with contextlib.suppress(ValueError):  # a sample the fitter refuses is dropped, never fatal
@@ -1278,6 +1289,7 @@ class RuntimeScheduler:
             r.incarnations += 1
             self._live.heard[job.name] = (None, self.clock.time())  # the stall clock starts once it is launched
             self._live.first_report[job.name] = True
+            self._live.timed.pop(job.name, None)  # its step times are timed from this incarnation's reports
             r.shape, r.config = it.shape, it.config
             r.devices = list(devs)
             r.pids = self.executor.pids(job.name)

@@ -157,6 +157,11 @@ def test_a_run_records_its_failures_and_step_times_and_exports_them(tmp_path: Pa
     assert first["running_s"] is not None and first["launch_s"] <= first["running_s"] <= first["end_s"]
     assert (second["end"], second["to_step"]) == ("done", 100) and second["from_step"] <= 40
     assert second["launch_s"] >= first["end_s"]
+    # each start's restore as the scheduler counted it: the job's T_ckpt (no stop here) is their sum, and each
+    # is less than the delay it saw by the tick that saw the job past its resume step
+    assert first["restore_s"] + second["restore_s"] == pytest.approx(m["t_ckpt_s"], abs=1e-3)
+    for inc in (first, second):
+        assert inc["running_s"] - inc["launch_s"] - inc["restore_s"] == pytest.approx(opts.tick_s, abs=1e-3)
     out = tmp_path / "t.json"
     out.write_text(json.dumps(trace))
     assert load_trace(out) == trace
@@ -489,6 +494,29 @@ def test_a_start_is_seen_restoring_as_long_as_the_run_saw_it_and_credited_the_st
     for bad in ({"c": (1.0, 1.0)}, {"a": (-1.0, 0.0)}):
         with pytest.raises(OakInputError, match="start credit of job"):
             Simulator(twin.workload, twin.cluster, twin.catalog, twin.physics, credit_s=bad)
+
+
+def test_the_restore_a_replay_counts_is_the_one_the_runs_scheduler_counted() -> None:
+    """The run's scheduler counted a start's time as restore (T_ckpt) up to the tick before the one that saw the
+    job past its resume step, and that tick's as running: the note says how much. The replay keeps the delay
+    as seen (so its rounds and the JCT are as before) and counts the same split: a's first start, 5 s seen (4 s
+    of start-up, 1 s of steps credited) of which 4.2 s counted, has T_ckpt 4.2 s and 0.8 s more running."""
+    (inc,) = incarnations(
+        [[0.0, "restoring", "launched on device(s) [0, 1] from step 0"],
+         [5.0, "running", "past its resume step (0) after 4.200 s restoring"], [24.0, "done", "finished at step 200"]]
+    )  # fmt: skip
+    assert inc["restore_s"] == 4.2
+    a = _job("a", 200, {1: 0.2, 2: 0.1}, 2.0, incarnations=[inc])
+    twin = build_twin(_trace([a], [], devices=2), Path(tempfile.mkdtemp()) / "f.csv")
+    assert twin.first_start_s["a"] == pytest.approx(5.0) and twin.counted_s["a"][0] == pytest.approx(4.2)
+    plain = dataclasses.replace(twin, counted_s={}).simulator().run(make_policy("oak"), 0.0, 0).jobs[0]
+    counted = twin.simulator().run(make_policy("oak"), 0.0, 0).jobs[0]
+    assert plain.t_ckpt_s == pytest.approx(5.0) and counted.t_ckpt_s == pytest.approx(4.2)
+    assert counted.t_progress_s == pytest.approx(plain.t_progress_s + 0.8)
+    assert counted.t_queue_s == pytest.approx(plain.t_queue_s - 0.8)
+    assert counted.jct_s == pytest.approx(plain.jct_s) and counted.restarts == plain.restarts
+    with pytest.raises(OakInputError, match="counted restore of job"):
+        Simulator(twin.workload, twin.cluster, twin.catalog, twin.physics, counted_s={"a": (-1.0, 0.0)})
 
 
 def test_a_job_arrives_when_the_runs_scheduler_took_it_in_and_its_jct_counts_from_its_submission() -> None:

@@ -88,6 +88,9 @@ class Twin:
     """Job → the running its first start's and a restart's delay include (:class:`Simulator`'s ``credit_s``)."""
     arrival_lag_s: dict[str, float] = dataclasses.field(default_factory=dict)
     """Job → the seconds from its submission until the run's scheduler took it in (its tick)."""
+    counted_s: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    """Job → the restore time the run's scheduler counted at its (first start, a restart) (``Simulator``'s
+    ``counted_s``)."""
 
     def simulator(self) -> Simulator:
         return Simulator(
@@ -104,6 +107,7 @@ class Twin:
             lost_s=self.lost_s,
             credit_s=self.credit_s,
             arrival_lag_s=self.arrival_lag_s,
+            counted_s=self.counted_s,
         )
 
 
@@ -115,6 +119,10 @@ class _Starts:
     """Its first launch: (delay as the scheduler saw it, its credit)."""
     restarts: list[tuple[float, float]] = dataclasses.field(default_factory=list)
     """Each later launch's (delay as the scheduler saw it, its credit)."""
+    first_counted: float | None = None
+    """Its first launch's restore time as its scheduler counted it (T_ckpt; None: not noted)."""
+    restarts_counted: list[float] = dataclasses.field(default_factory=list)
+    """Each later launch's, where noted."""
     stops: list[float] = dataclasses.field(default_factory=list)
     exits: list[float] = dataclasses.field(default_factory=list)
     lost: list[float] = dataclasses.field(default_factory=list)
@@ -154,10 +162,14 @@ def _start_costs(job: dict[str, Any]) -> _Starts:
             steps = int(inc["to_step"]) - int(inc["from_step"])
             cost = max(float(end) - float(inc["launch_s"]) - steps * size[0] / size[1], 0.0)
         delay = max(seen, cost)
+        counted = None if inc.get("restore_s") is None else min(max(float(inc["restore_s"]), 0.0), delay)
         if k == 0:
             out.first = (delay, delay - cost)
+            out.first_counted = counted
         else:
             out.restarts.append((delay, delay - cost))
+            if counted is not None:
+                out.restarts_counted.append(counted)
     return out
 
 
@@ -172,6 +184,9 @@ class RunLatencies:
     lost_s: dict[str, float]
     credit_s: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     """Job → the running its (first start's, a restart's) delay includes (:class:`Simulator`'s ``credit_s``)."""
+    counted_s: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    """Job → the restore time its scheduler counted at its (first start, a restart) (``Simulator``'s
+    ``counted_s``)."""
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -185,6 +200,7 @@ def _run_latencies(jobs: list[dict[str, Any]]) -> RunLatencies:
     the same machine's, measured (a job that finished with its last step unseen has its exit in its cost)."""
     costs = {str(j["name"]): _start_costs(j) for j in jobs if "incarnations" in j}
     every_restart = [x for c in costs.values() for x in c.restarts]
+    every_counted = [x for c in costs.values() for x in c.restarts_counted]
     every_stop = [x for c in costs.values() for x in c.stops]
     every_exit = [x for c in costs.values() for x in c.exits]
     out = RunLatencies({}, {}, {}, {}, {})
@@ -207,6 +223,16 @@ def _run_latencies(jobs: list[dict[str, Any]]) -> RunLatencies:
             out.first_start_s[name] = c.first[0]
         if (c.first is not None and c.first[1]) or restart[1]:
             out.credit_s[name] = (c.first[1] if c.first is not None else restart[1], restart[1])
+        # the restore its scheduler counted (T_ckpt), where the run noted it: from the same starts as the delay
+        if c.restarts:
+            noted = c.restarts_counted
+        elif every_restart:
+            noted = every_counted
+        else:
+            noted = [c.first_counted] if c.first_counted is not None else []
+        if c.first_counted is not None or noted:
+            first = c.first_counted if c.first_counted is not None else (c.first[0] if c.first else restart[0])
+            out.counted_s[name] = (first, _mean(noted) if noted else restart[0])
         if c.stops or every_stop:
             out.stop_s[name] = _mean(c.stops or every_stop)
         # a finish without its last step seen has its exit in its last incarnation's cost already
@@ -325,6 +351,7 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
         latencies.lost_s,
         latencies.credit_s,
         lag,
+        latencies.counted_s,
     )
 
 

@@ -67,7 +67,7 @@ def export_trace(run_dir: str | Path) -> dict[str, Any]:
 
 _LAUNCH = re.compile(r"launched on device\(s\) \[([0-9, ]*)\] from step (\d+)")
 _FINISH = re.compile(r"finished at step (\d+)")
-_RESUMED = re.compile(r"past its resume step \((\d+)\)")
+_RESUMED = re.compile(r"past its resume step \((\d+)\)(?: after ([0-9.]+) s restoring)?")
 
 
 def incarnations(history: list[list[Any]], last_step_s: float | None = None) -> list[dict[str, Any]]:
@@ -79,7 +79,9 @@ def incarnations(history: list[list[Any]], last_step_s: float | None = None) -> 
     ``last_step_s``, for the incarnation that finished, when it was first seen at its last step
     (``JobRecord.last_step_s``; None: not recorded): from then to ``end_s`` it exited. One that failed and was
     relaunched also has ``reached_step`` (the step it had reported) and ``lost_steps`` (those its relaunch
-    redid: beyond the checkpoint it resumed from)."""
+    redid: beyond the checkpoint it resumed from). One that got past its resume step under a scheduler that
+    notes it also has ``restore_s``: the restore time (T_ckpt) its scheduler counted, from the launch to the
+    tick before the one that saw it past that step (that tick's time counted as running)."""
     out: list[dict[str, Any]] = []
     cur: dict[str, Any] | None = None
     for t, phase, note in history:
@@ -113,6 +115,8 @@ def incarnations(history: list[list[Any]], last_step_s: float | None = None) -> 
             m = _RESUMED.search(str(note))
             if m:  # the checkpoint it resumed from (after a failure, behind the last step it reported)
                 cur["from_step"] = int(m.group(1))
+                if m.group(2) is not None:  # the restore time its scheduler counted (T_ckpt)
+                    cur["restore_s"] = float(m.group(2))
                 before = out[-2] if len(out) > 1 else None
                 if before is not None and before["end"] == "failed" and before.get("reached_step") is not None:
                     before["lost_steps"] = max(int(before["reached_step"]) - cur["from_step"], 0)

@@ -686,7 +686,8 @@ class RuntimeScheduler:
                 # a new status, timed on this scheduler's clock (the worker's host clock may differ: Ray nodes)
                 self._live.heard[job.name] = (reported, self.clock.time())
             if r.ready and not stopping:
-                self._settle(r, now, f"past its resume step ({r.launch_step})")
+                counted = r.t_ckpt_s - r.launch_ckpt_s  # its ticks before this one: the tick that saw it ran
+                self._settle(r, now, f"past its resume step ({r.launch_step}) after {counted:.3f} s restoring")
                 r.t_progress_s += dt
                 target = self._target(job, r)
                 if r.last_step_s is None and target > 0 and r.step >= target:
@@ -1294,6 +1295,7 @@ class RuntimeScheduler:
             r.devices = list(devs)
             r.pids = self.executor.pids(job.name)
             r.launched_at_s = now
+            r.launch_ckpt_s = r.t_ckpt_s
             r.launch_step = r.step
             r.last_step_s = None
             r.ready = False

@@ -109,6 +109,9 @@ class JobRecord:
     last_step_s: float | None = None
     """When the current incarnation was first seen at its last step (run clock; None: not yet): from then until
     it is done it writes its last checkpoint and exits (``oak replay`` models that exit)."""
+    launch_ckpt_s: float = 0.0
+    """Its ``t_ckpt_s`` when the current incarnation was launched: the restore time this incarnation has
+    counted is the difference (noted when it gets past its resume step; ``oak replay`` counts the same)."""
 
     @property
     def arrived(self) -> bool:

@@ -70,6 +70,7 @@ class Simulator:
         lost_s: Mapping[str, float] | None = None,
         credit_s: Mapping[str, tuple[float, float]] | None = None,
         arrival_lag_s: Mapping[str, float] | None = None,
+        counted_s: Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
         """``warm_start``: hand each round's solver prices to the next round (``RoundSnapshot.solver_prices``);
         False solves every round cold (the reference of ``oak bench sim``). ``idle_fast_forward``: skip the provably unchanged rounds of idle stretches (module docstring); False
@@ -90,7 +91,10 @@ class Simulator:
         then the one the scheduler saw (rounds meanwhile find the job restoring), and at its end the job is that
         much further (its time in running unchanged); ``arrival_lag_s``, job name → the seconds from its submission
         until the run's scheduler took it in (its tick): it arrives that much later, its JCT still counts from its
-        submission and its queueing from its arrival, as the runtime counts them."""
+        submission and its queueing from its arrival, as the runtime counts them; ``counted_s``, job name → the
+        restore time (s) the run's scheduler counted (its T_ckpt) at its first start and at a restart, at most the
+        delay: the rest of the delay counts as running (T_progress), not restoring or queueing, as the runtime
+        counts the tick that saw the job past its resume step."""
         self.model = ClusterModel(workload, cluster, catalog, physics)
         self._ckpt: _Checkpoints | None = None
         self._index = {j.name: i for i, j in enumerate(workload.jobs)}
@@ -111,6 +115,20 @@ class Simulator:
                         f"start credit of job {name!r}: {pair!r}: expected a job of the workload, >= 0 s"
                     )
                 self._credit[0][self._index[name]], self._credit[1][self._index[name]] = first, again
+        # the part of each (first start's, a restart's) delay counted as running when it ends (``counted_s``)
+        self._uncounted: tuple[np.ndarray, np.ndarray] | None = None
+        self._uncounted_left = np.zeros(0)
+        if counted_s:
+            self._uncounted = (np.zeros(self.model.n), np.zeros(self.model.n))
+            for name, pair in counted_s.items():
+                first, again = (float(x) for x in pair)
+                if name not in self._index or not (0 <= first < math.inf and 0 <= again < math.inf):
+                    raise OakInputError(
+                        f"counted restore of job {name!r}: {pair!r}: expected a job of the workload, >= 0 s"
+                    )
+                i = self._index[name]
+                self._uncounted[0][i] = max(float(self._first_start[i]) - first, 0.0)
+                self._uncounted[1][i] = max(float(self.model.restore_delay[i]) - again, 0.0)
         self._exit = self._per_job(exit_s, "exit latency")
         self._arrival_lag = self._per_job(arrival_lag_s, "arrival lag")
         self._exit_at = np.zeros(0)  # when each job's exit after its last step ends (inf: not exiting)
@@ -173,6 +191,7 @@ class Simulator:
         self._free_at = {}
         self._exit_at = np.full(n, np.inf)
         self._credit_left = np.zeros(n)
+        self._uncounted_left = np.zeros(n)
         if self.model.learned:
             st.beliefs = Beliefs(self.model.table, self.model.apps)
         elif self.believed or self.learn:
@@ -330,8 +349,10 @@ class Simulator:
                     decide = decide or immediate
             restored = (st.restore_left > 0) & (st.restore_left <= _EPS * max(1.0, t))
             st.restore_left[restored] = 0.0
-            if self._credit is not None:  # a (re)start's delay over (``restored`` misses one that hit 0 exactly)
-                over = (self._credit_left > 0) & (st.shape >= 0) & ~st.ghost & (st.restore_left <= _EPS * max(1.0, t))
+            if self._credit is not None or self._uncounted is not None:
+                # a (re)start's delay over (``restored`` misses one that hit 0 exactly)
+                owed = (self._credit_left > 0) | (self._uncounted_left > 0)
+                over = owed & (st.shape >= 0) & ~st.ghost & (st.restore_left <= _EPS * max(1.0, t))
                 if over.any():
                     self._take_credit(st, np.flatnonzero(over))
             if self._stop is not None:
@@ -582,6 +603,12 @@ class Simulator:
         self._credit_left[idx] = 0.0
         rate = self._shape_rates(st, idx)
         st.progress[idx] = np.minimum(st.progress[idx] + rate * credit, self.model.total[idx])
+        # the end of the delay the run's scheduler counted as running (``counted_s``)
+        shift = np.minimum(self._uncounted_left[idx], st.t_ckpt[idx])
+        self._uncounted_left[idx] = 0.0
+        st.t_ckpt[idx] -= shift
+        st.t_queue[idx] = np.maximum(st.t_queue[idx] - shift, 0.0)
+        st.t_progress[idx] += shift
 
     def _end_exit(self, st: JobsState, i: int) -> None:
         """A job failed while exiting after its last step: it is no longer exiting (it restarts as any job)."""
@@ -617,10 +644,14 @@ class Simulator:
                 st.restore_left[i] = 0.0
                 if self._credit is not None:
                     self._credit_left[i] = 0.0
+                if self._uncounted is not None:
+                    self._uncounted_left[i] = 0.0
             else:
                 st.restore_left[i] = self.model.restore_delay[i]
                 if self._credit is not None:
                     self._credit_left[i] = self._credit[1][i]
+                if self._uncounted is not None:
+                    self._uncounted_left[i] = self._uncounted[1][i]
 
     def _decide(
         self,
@@ -697,6 +728,8 @@ class Simulator:
                 wait = max([self._free_at.get(g, t) for g in it.gpus] + [t + own]) - t
             if self._credit is not None:
                 self._credit_left[i] = self._credit[1 if restart else 0][i]
+            if self._uncounted is not None:
+                self._uncounted_left[i] = self._uncounted[1 if restart else 0][i]
             st.restore_left[i] = delay + wait
             st.handover_left[i] = wait - own
             st.ckpt_tprog[i] = st.t_progress[i]  # a move checkpoints first: the restart resumes from here

@@ -371,7 +371,8 @@ class _Newest(PolicyBase):
 def test_a_job_started_on_a_stopping_jobs_devices_waits_for_its_stop_and_queues_meanwhile() -> None:
     """a (400 steps at 0.1 s on 2 devices, 2 s to start, 4 s to restart) runs from 0; b (100 steps, 3 s to
     start) arrives at 10 and takes both devices: a stops in 1.5 s, so b restores from 11.5 to 14.5 and ends at
-    24.5; a restarts then and ends at 24.5 + 4 + 32 = 60.5. b's wait is queueing, not restore."""
+    24.5; a restarts then and ends at 24.5 + 4 + 32 = 60.5. b's wait is queueing, not restore; a's stop is
+    restore time (T_ckpt), as the runtime counts it."""
     a = _job("a", 400, {1: 0.2, 2: 0.1}, 4.0)
     b = {**_job("b", 100, {1: 0.2, 2: 0.1}, 3.0), "submit_s": 10.0}
     twin = build_twin(_trace([a, b], [], devices=2), Path(tempfile.mkdtemp()) / "f.csv")
@@ -391,7 +392,9 @@ def test_a_job_started_on_a_stopping_jobs_devices_waits_for_its_stop_and_queues_
     assert rb.jct_s - jct0["b"] == pytest.approx(1.5)  # the devices came 1.5 s later
     assert ra.jct_s - jct0["a"] == pytest.approx(1.5)
     assert rb.t_ckpt_s == pytest.approx(3.0) and rb.t_queue_s - runs[0.0]["b"].t_queue_s == pytest.approx(1.5)
-    assert ra.restarts == 1 and ra.t_ckpt_s == pytest.approx(2.0 + 4.0)  # its first start and its restart
+    # its first start, its stop (checkpoint and exit: the runtime counts it as T_ckpt) and its restart
+    assert ra.restarts == 1 and ra.t_ckpt_s == pytest.approx(2.0 + 1.5 + 4.0)
+    assert runs[0.0]["a"].t_ckpt_s == pytest.approx(2.0 + 4.0)
 
 
 def test_a_failed_job_gives_its_devices_up_and_its_relaunch_is_its_restart() -> None:

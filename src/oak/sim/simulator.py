@@ -703,6 +703,8 @@ class Simulator:
             if it.intent is Intent.KEEP:
                 continue
             if it.intent is Intent.STOP:
+                if i in own_stop:  # its checkpoint and exit: restore time (T_ckpt), as the runtime counts a stop
+                    st.t_ckpt[i] += own_stop[i] - t
                 st.shape[i] = -1
                 st.config[i] = -1
                 st.gpus[i] = ()

@@ -107,3 +107,11 @@ def test_a_record_committed_before_the_lifecycle_gets_the_phase_its_fields_descr
     # a finish committed as a flag beside a stop in flight (at a shutdown): done, never run again
     r = JobRecord.from_json(json.dumps({**flagged, "arrived": True, "done": True, "cancelled": False}))
     assert r.phase == "done" and r.done and r.over
+
+
+def test_a_record_with_a_field_of_a_newer_oak_reads_with_that_field_dropped() -> None:
+    """Each field a later oak adds has a default, so an older one reads a newer run (``oak status``,
+    ``oak export-trace``) instead of failing on the field it does not know."""
+    newer = {**asdict(JobRecord("j", launched_at_s=4.0, ready=True, phase="running")), "a_later_field": 1.5}
+    r = JobRecord.from_json(json.dumps(newer))
+    assert r == JobRecord("j", launched_at_s=4.0, ready=True, phase="running")

@@ -8,6 +8,7 @@ workers still run (not restarted) and resumes every other job from its newest va
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -158,6 +159,9 @@ class JobRecord:
     @classmethod
     def from_json(cls, text: str) -> JobRecord:
         fields = json.loads(text)
+        # a field a newer oak added (each has a default here): dropped, so an older oak reads a newer run
+        known = {f.name for f in dataclasses.fields(cls)} | {"arrived", "done", "cancelled"}
+        fields = {k: v for k, v in fields.items() if k in known}
         # committed when the record's flags held its state: its phase is what they describe
         flags = {k: bool(fields.pop(k)) for k in ("arrived", "done", "cancelled") if k in fields}
         r = cls(**fields)

@@ -104,31 +104,19 @@ class Simulator:
         for name, value in (first_start_s or {}).items():
             self._first_start[self._job_index(name, value, "first start delay")] = float(value)
         self._lost = self._per_job(lost_s, "work lost per failure")
-        self._credit: tuple[np.ndarray, np.ndarray] | None = None  # (first start's, a restart's) by job
-        self._credit_left = np.zeros(0)  # the running credited when each job's current delay ends
-        if credit_s:
-            self._credit = (np.zeros(self.model.n), np.zeros(self.model.n))
-            for name, pair in credit_s.items():
-                first, again = (float(x) for x in pair)
-                if name not in self._index or not (0 <= first < math.inf and 0 <= again < math.inf):
-                    raise OakInputError(
-                        f"start credit of job {name!r}: {pair!r}: expected a job of the workload, >= 0 s"
-                    )
-                self._credit[0][self._index[name]], self._credit[1][self._index[name]] = first, again
-        # the part of each (first start's, a restart's) delay counted as running when it ends (``counted_s``)
-        self._uncounted: tuple[np.ndarray, np.ndarray] | None = None
+        # (first start's, a restart's) by job: the running credited when a delay ends, and the part of the
+        # delay counted as running then (``counted_s``: the delay less the restore the run counted)
+        self._credit = self._per_job_pair(credit_s, "start credit")
+        self._credit_left = np.zeros(0)
+        self._uncounted = self._per_job_pair(counted_s, "counted restore")
+        if self._uncounted is not None and counted_s:
+            given = np.zeros(self.model.n, dtype=bool)
+            given[[self._index[name] for name in counted_s]] = True
+            self._uncounted = (
+                np.where(given, np.maximum(self._first_start - self._uncounted[0], 0.0), 0.0),
+                np.where(given, np.maximum(self.model.restore_delay - self._uncounted[1], 0.0), 0.0),
+            )
         self._uncounted_left = np.zeros(0)
-        if counted_s:
-            self._uncounted = (np.zeros(self.model.n), np.zeros(self.model.n))
-            for name, pair in counted_s.items():
-                first, again = (float(x) for x in pair)
-                if name not in self._index or not (0 <= first < math.inf and 0 <= again < math.inf):
-                    raise OakInputError(
-                        f"counted restore of job {name!r}: {pair!r}: expected a job of the workload, >= 0 s"
-                    )
-                i = self._index[name]
-                self._uncounted[0][i] = max(float(self._first_start[i]) - first, 0.0)
-                self._uncounted[1][i] = max(float(self.model.restore_delay[i]) - again, 0.0)
         self._exit = self._per_job(exit_s, "exit latency")
         self._arrival_lag = self._per_job(arrival_lag_s, "arrival lag")
         self._exit_at = np.zeros(0)  # when each job's exit after its last step ends (inf: not exiting)
@@ -156,6 +144,21 @@ class Simulator:
         out = np.zeros(self.model.n)
         for name, value in values.items():
             out[self._job_index(name, value, what)] = float(value)
+        return out
+
+    def _per_job_pair(
+        self, values: Mapping[str, tuple[float, float]] | None, what: str
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(N,) and (N,): ``values``' (first start's, a restart's) by job (0 for the others); None where none is
+        given."""
+        if not values:
+            return None
+        out = (np.zeros(self.model.n), np.zeros(self.model.n))
+        for name, pair in values.items():
+            first, again = (float(x) for x in pair)
+            if name not in self._index or not (0 <= first < math.inf and 0 <= again < math.inf):
+                raise OakInputError(f"{what} of job {name!r}: {pair!r}: expected a job of the workload, >= 0 s")
+            out[0][self._index[name]], out[1][self._index[name]] = first, again
         return out
 
     def _job_index(self, name: str, value: float, what: str) -> int:

@@ -108,14 +108,11 @@ class Simulator:
         # delay counted as running then (``counted_s``: the delay less the restore the run counted)
         self._credit = self._per_job_pair(credit_s, "start credit")
         self._credit_left = np.zeros(0)
-        self._uncounted = self._per_job_pair(counted_s, "counted restore")
-        if self._uncounted is not None and counted_s:
-            given = np.zeros(self.model.n, dtype=bool)
-            given[[self._index[name] for name in counted_s]] = True
-            self._uncounted = (
-                np.where(given, np.maximum(self._first_start - self._uncounted[0], 0.0), 0.0),
-                np.where(given, np.maximum(self.model.restore_delay - self._uncounted[1], 0.0), 0.0),
-            )
+        delays = (self._first_start, self.model.restore_delay)  # a job not given counts its whole delay
+        counted = self._per_job_pair(counted_s, "counted restore", delays)
+        self._uncounted: tuple[np.ndarray, np.ndarray] | None = None
+        if counted is not None:
+            self._uncounted = (np.maximum(delays[0] - counted[0], 0.0), np.maximum(delays[1] - counted[1], 0.0))
         self._uncounted_left = np.zeros(0)
         self._exit = self._per_job(exit_s, "exit latency")
         self._arrival_lag = self._per_job(arrival_lag_s, "arrival lag")
@@ -147,13 +144,18 @@ class Simulator:
         return out
 
     def _per_job_pair(
-        self, values: Mapping[str, tuple[float, float]] | None, what: str
+        self,
+        values: Mapping[str, tuple[float, float]] | None,
+        what: str,
+        others: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """(N,) and (N,): ``values``' (first start's, a restart's) by job (0 for the others); None where none is
-        given."""
+        """(N,) and (N,): ``values``' (first start's, a restart's) by job (``others``' for the other jobs, default
+        0); None where none is given."""
         if not values:
             return None
-        out = (np.zeros(self.model.n), np.zeros(self.model.n))
+        out = (
+            (np.zeros(self.model.n), np.zeros(self.model.n)) if others is None else (others[0].copy(), others[1].copy())
+        )
         for name, pair in values.items():
             first, again = (float(x) for x in pair)
             if name not in self._index or not (0 <= first < math.inf and 0 <= again < math.inf):

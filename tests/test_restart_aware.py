@@ -343,6 +343,34 @@ def test_the_job_closer_to_its_end_is_admitted_first(order: tuple[float, float])
     assert flat.values[0].max() == flat.values[1].max()
 
 
+@pytest.mark.parametrize("mode", ["soft", "full"])
+def test_a_long_wait_is_credited_against_the_remaining_time(mode: str) -> None:
+    """Admission by slowdown (``credit_wait``): of two jobs that cannot both run, the shorter is admitted, unless
+    the longer has waited many times its own remaining run; the credit is scale-free (seconds cancel) and
+    changes nothing for jobs that have not waited."""
+    from oak.policies.restart_aware import admission_costs
+
+    snap = dataclasses.replace(_two_waiting((1e4, 4e4)), t_queue_s=frozen_array([0.0, 0.0], np.float64))
+    # remaining times 1e3 and 4e3 s (rate 10), neither has waited
+    policy = RestartAwareOakPolicy(max_wait_s=math.inf, credit_wait=mode)
+    np.testing.assert_array_equal(admission_costs(snap, 0.5, 0.5, mode), admission_costs(snap, 0.5, 0.5))
+    assert policy.decide(snap).config[0] >= 0
+    waited = dataclasses.replace(snap, t_queue_s=frozen_array([0.0, 20 * 4e3], np.float64))
+    alloc = policy.decide(waited)
+    assert alloc.config[1] >= 0 and alloc.config[0] < 0
+    assert RestartAwareOakPolicy(max_wait_s=math.inf).decide(waited).config[0] >= 0  # no credit: the shorter
+    scaled = dataclasses.replace(
+        waited,
+        remaining_work=frozen_array(np.asarray(waited.remaining_work) * 1000.0, np.float64),
+        t_queue_s=frozen_array(np.asarray(waited.t_queue_s) * 1000.0, np.float64),
+    )
+    np.testing.assert_allclose(
+        admission_costs(scaled, 0.5, 0.5, mode), admission_costs(waited, 0.5, 0.5, mode), rtol=1e-12
+    )
+    with pytest.raises(OakInputError, match="credit_wait"):
+        RestartAwareOakPolicy(credit_wait="yes")
+
+
 def test_admission_costs_follow_remaining_time_and_are_scale_free() -> None:
     from oak.policies.restart_aware import THETA_MAX, admission_costs
 

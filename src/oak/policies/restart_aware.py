@@ -97,6 +97,12 @@ def switching_factor(snap: RoundSnapshot) -> FloatArray:
 MOVE_RESTART_FACTORS = ("moves", "all", "none")
 
 
+#: how a job's wait is credited in its admission cost (``admission_costs``): "none", "soft" (R_i² / (R_i + Q_i) in
+#: place of R_i) or "full" (the cost divided by the response ratio (R_i + Q_i) / R_i); docs/explore-study.md,
+#: "Admission by slowdown"
+CREDIT_WAIT = ("none", "soft", "full")
+
+
 #: the highest admission cost a job can be given (θ_i < 1 keeps every valid configuration above idling)
 THETA_MAX = 0.95
 
@@ -114,22 +120,33 @@ def remaining_times(snap: RoundSnapshot) -> FloatArray:
     return np.asarray(r, dtype=np.float64)
 
 
-def admission_costs(snap: RoundSnapshot, theta: float, exponent: float) -> FloatArray:
+def admission_costs(snap: RoundSnapshot, theta: float, exponent: float, credit_wait: str = "none") -> FloatArray:
     """(J,) θ_i = min(θ·(R_i / R̄)^q, THETA_MAX), q = ``exponent``: a job's admission cost grows with its remaining
     time R_i (``remaining_times``) relative to R̄, the geometric mean of R over the round's jobs. A job about to
     finish is admitted cheaply (its GPUs come back soon); a long one pays more, so it is admitted where it runs
     efficiently. A job that holds GPUs pays at most θ: once admitted it is not displaced for being long, so a
     shorter job preempts it only when it is shorter than the round's typical job, not whenever two remaining
-    times differ. Scale-free (seconds cancel); q = 0 gives θ for every job."""
+    times differ. Scale-free (seconds cancel); q = 0 gives θ for every job.
+
+    ``credit_wait`` (``CREDIT_WAIT``) credits a job's measured waiting time Q_i (T_queue) through its response
+    ratio ρ_i = (R_i + Q_i) / R_i: "soft" takes R_i / ρ_i in place of R_i, "full" divides the cost by ρ_i. A job
+    that has waited long against its own remaining run is admitted as if it were that much shorter, so ordering by
+    remaining time does not keep a job out until its wait is many times its run. Measured, not the default
+    (docs/explore-study.md, "Admission by slowdown")."""
     out = np.full(snap.num_jobs, float(theta))
     if exponent == 0 or snap.num_jobs == 0:
         return out
     r = remaining_times(snap)
+    if credit_wait == "soft":
+        r = r * r / (r + np.maximum(snap.t_queue_s, 0.0))
     ok = np.isfinite(r)
     if not ok.any():
         return out
     ref = float(np.exp(np.mean(np.log(r[ok]))))
-    out[ok] = np.minimum(theta * (r[ok] / ref) ** exponent, max(THETA_MAX, theta))
+    rel = (r[ok] / ref) ** exponent
+    if credit_wait == "full":
+        rel = rel * r[ok] / (r[ok] + np.maximum(snap.t_queue_s[ok], 0.0))
+    out[ok] = np.minimum(theta * rel, max(THETA_MAX, theta))
     return np.where(snap.current >= 0, np.minimum(out, theta), out)
 
 
@@ -228,6 +245,9 @@ class RestartAwareOakPolicy(PolicyBase):
     #: the round's geometric mean), at most THETA_MAX; 0: θ for every job (the rule before). docs/model.md,
     #: "Admission cost by remaining time"
     remaining_exponent: float = 0.5
+    #: admission by slowdown: the admission cost credited with the job's wait (``CREDIT_WAIT``, ``admission_costs``);
+    #: "none": measured and not kept (docs/explore-study.md, "Admission by slowdown")
+    credit_wait: str = "none"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.p) and self.p >= 0):
@@ -250,6 +270,10 @@ class RestartAwareOakPolicy(PolicyBase):
         if not (math.isfinite(self.remaining_exponent) and self.remaining_exponent >= 0):
             raise OakInputError(
                 f"oak: remaining_exponent={self.remaining_exponent!r}; expected a finite number >= 0 (0: one θ for all)"
+            )
+        if self.credit_wait not in CREDIT_WAIT:
+            raise OakInputError(
+                f"oak: credit_wait={self.credit_wait!r}; expected one of {', '.join(map(repr, CREDIT_WAIT))}"
             )
         if not (math.isfinite(self.guard_run_s) and self.guard_run_s >= 0):
             raise OakInputError(f"oak: guard_run_s={self.guard_run_s!r}; expected a finite number of seconds >= 0")
@@ -281,7 +305,7 @@ class RestartAwareOakPolicy(PolicyBase):
     def decide(self, snap: RoundSnapshot) -> Allocation:
         # a move is never worth less than idling (MIN_MOVE_VALUE): a job displaced from its configuration takes
         # GPUs it fits rather than wait beside them, however little of its run a restore leaves (s → 0)
-        cost = admission_costs(snap, self.theta, self.remaining_exponent)
+        cost = admission_costs(snap, self.theta, self.remaining_exponent, self.credit_wait)
         value = np.where(snap.valid, np.maximum(self.utility(snap) - cost[:, None], MIN_MOVE_VALUE), 0.0)
         kept = forced_configs(snap, kept_while_restoring(snap) if self.keep_restoring else None)
         forced = kept if kept is not None else np.full(snap.num_jobs, -1, dtype=np.int64)

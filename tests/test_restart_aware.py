@@ -22,6 +22,8 @@ from oak.policies.restart_aware import (
     move_factor,
     move_restore_time,
     starts_and_moves,
+    stint_factor,
+    stint_starts,
     switching_factor,
 )
 from oak.scoring import UtilityParams
@@ -61,7 +63,10 @@ def test_registry_names_the_product_and_the_paper() -> None:
         ({"max_wait_s": 0.0}, "max_wait_s="),
         ({"max_wait_s": math.nan}, "max_wait_s="),
         ({"guard_run_s": -1.0}, "guard_run_s="),
-        ({"move_restart_factor": "failures"}, "move_restart_factor='failures'; expected one of moves, all, none"),
+        (
+            {"move_restart_factor": "failures"},
+            "move_restart_factor='failures'; expected one of moves, all, none, stint",
+        ),
     ],
 )
 def test_bad_parameters_are_input_errors(kwargs: dict[str, object], field: str) -> None:
@@ -275,10 +280,11 @@ def test_failures_do_not_keep_a_job_from_doubling() -> None:
     """The lock-in under the Sia artifact's 2× exploration cap, on one round: a job alone on the cluster holds 2
     GPUs and may grow to 4, which nearly doubles its goodput (×1.97, as ImageNet's on paper-12); failures have
     taken half its time (r = T_progress/(T_progress + T_ckpt + P) ≈ 0.49), and its remaining run dwarfs one
-    restore (s ≈ 1). With r from all its restore time (``move_restart_factor="all"``, the rule before) moving is
-    worth (1.97·r·s)^p < 1^p and the job stays on 2 GPUs for good. The product measures r from its own moves'
-    restores (1 start of 41 here: r ≈ 0.95) and takes the 4, as s alone does; a job that moved as often as this
-    one failed keeps r ≈ 0.49 and stays (r damps a job that keeps moving)."""
+    restore (s ≈ 1). With r from all its restore time (``move_restart_factor="all"``) moving is worth
+    (1.97·r·s)^p < 1^p and the job stays on 2 GPUs for good. r from its own moves' restores ("moves": 1 start of
+    41 here, r ≈ 0.95) takes the 4, as s alone does and as the product's r from its stint does (10,000 s of
+    progress against one 244-s restore); under "moves" a job that moved as often as this one failed keeps r ≈ 0.49
+    and stays (r damps a job that keeps moving; the stint rule damps each move as it happens instead)."""
     base = random_snapshot(np.random.default_rng(3), PAPER_12, 1)
     gpus = np.asarray(base.config_gpus)
     two, four = (int(np.flatnonzero(gpus == g)[0]) for g in (2, 4))
@@ -304,11 +310,89 @@ def test_failures_do_not_keep_a_job_from_doubling() -> None:
     s = switching_factor(snap)[0, four]
     r = 10_000.0 / (20_000.0 + 250.0)
     assert s > 0.99 and 1.97 * r * s < 1.0  # the bar a doubling must clear: G_4/G_2 > 1/(r·s)
+    moves = RestartAwareOakPolicy(move_restart_factor="moves")
     assert RestartAwareOakPolicy(move_restart_factor="all").decide(snap).config[0] == two
-    assert make_policy("oak").decide(snap).config[0] == four
+    assert moves.decide(snap).config[0] == four
+    assert make_policy("oak").decide(snap).config[0] == four  # by its stint: 10,000 s against a 244-s restore
     assert RestartAwareOakPolicy(move_restart_factor="none").decide(snap).config[0] == four
     mover = dataclasses.replace(snap, failures=frozen_array([0], np.int64))  # the same restores, all its own moves
-    assert make_policy("oak").decide(mover).config[0] == two
+    assert moves.decide(mover).config[0] == two
+
+
+def _doubling_round(progress_s: float, restarts: int, failures: int = 0) -> tuple[RoundSnapshot, int, int]:
+    """One job alone on paper-12 on 2 GPUs that may grow to 4 (×1.97 goodput), its remaining run long (s ≈ 1),
+    a 50-s restore per start measured; (snapshot, index of 2 GPUs, index of 4)."""
+    base = random_snapshot(np.random.default_rng(3), PAPER_12, 1)
+    gpus = np.asarray(base.config_gpus)
+    two, four = (int(np.flatnonzero(gpus == g)[0]) for g in (2, 4))
+    valid = (gpus <= 4)[None, :]
+    goodput = np.zeros(valid.shape)
+    goodput[0, gpus == 1], goodput[0, gpus == 2], goodput[0, gpus == 4] = 0.55, 1.0, 1.97
+    snap = dataclasses.replace(
+        base,
+        goodput=frozen_array(goodput, np.float64),
+        progress_rate=frozen_array(goodput, np.float64),
+        valid=frozen_array(valid, bool),
+        current=frozen_array([two], np.int64),
+        restoring=frozen_array([False], bool),
+        t_progress_s=frozen_array([progress_s], np.float64),
+        t_ckpt_s=frozen_array([50.0 * (restarts + 1)], np.float64),
+        restarts=frozen_array([restarts], np.int64),
+        failures=frozen_array([failures], np.int64),
+        restart_penalty_s=frozen_array([50.0], np.float64),
+        remaining_work=frozen_array([1e7], np.float64),
+        policy_state=None,
+    )
+    return snap, two, four
+
+
+def test_a_stint_pays_for_its_move_before_the_next_and_old_moves_are_forgotten() -> None:
+    """``move_restart_factor="stint"``: r = τ/(τ + D), τ the progress since the job's last move. A job that has
+    moved four times in its first 300 s of progress (lifetime r = 300/(300 + 250 + 50) = 0.5: a doubling worth
+    1.97 is worth 0.985 < 1, the lock under the "moves" rule) but has run 260 s since its last move doubles
+    (r = 260/310); one that moved 10 s of progress ago stays (r = 10/60), where s alone would move it again. A
+    failure's restart does not start a stint; the ledger the policy returns carries the stint to the next round."""
+    policy = RestartAwareOakPolicy(move_restart_factor="stint")
+    snap, two, four = _doubling_round(300.0, restarts=4)
+    ledger = WaitLedger(
+        moves=MappingProxyType({snap.job_names[0]: 4}),
+        progress_s=MappingProxyType({snap.job_names[0]: 280.0}),
+        stint_from_s=MappingProxyType({snap.job_names[0]: 40.0}),
+    )
+    snap = dataclasses.replace(snap, policy_state=ledger)
+    assert stint_starts(snap, ledger)[0] == 40.0
+    assert stint_factor(snap, snap.t_progress_s - 40.0)[0] == pytest.approx(260.0 / 310.0)
+    assert RestartAwareOakPolicy(move_restart_factor="moves").decide(snap).config[0] == two  # the lifetime count
+    assert policy.decide(snap).config[0] == four
+    assert make_policy("oak").decide(snap).config[0] == four  # the product's rule
+
+    just = dataclasses.replace(  # the previous round saw 3 moves at 290 s of progress: the 4th came after it
+        snap,
+        policy_state=dataclasses.replace(
+            ledger,
+            moves=MappingProxyType({snap.job_names[0]: 3}),
+            progress_s=MappingProxyType({snap.job_names[0]: 290.0}),
+        ),
+    )
+    assert stint_starts(just, just.policy_state)[0] == 290.0  # type: ignore[arg-type]
+    assert policy.decide(just).config[0] == two
+    assert RestartAwareOakPolicy(move_restart_factor="none").decide(just).config[0] == four
+
+    failed = dataclasses.replace(  # a failure since: one more restart, the same moves, the same stint
+        snap,
+        restarts=frozen_array([5], np.int64),
+        failures=frozen_array([1], np.int64),
+        t_ckpt_s=frozen_array([300.0], np.float64),
+    )
+    assert stint_starts(failed, ledger)[0] == 40.0
+    assert policy.decide(failed).config[0] == four
+
+    state = policy.decide(just).state
+    assert isinstance(state, WaitLedger)
+    name = snap.job_names[0]
+    assert (state.moves[name], state.progress_s[name], state.stint_from_s[name]) == (4, 300.0, 290.0)
+    later = dataclasses.replace(just, t_progress_s=frozen_array([360.0], np.float64), policy_state=state)
+    assert policy.decide(later).config[0] == four  # 70 s since the move: r = 70/120, 1.97·r > 1
 
 
 def _two_waiting(remaining: tuple[float, float]) -> RoundSnapshot:

@@ -8,14 +8,15 @@ with these departures from the literal reading, each measured (docs/model.md, "T
 
 * **Staying is free, moving pays.** m_ij = 1 for the configuration a job holds now, and for every configuration of
   a job that holds none (its restart is unavoidable); for a running job's other configurations
-  m_ij = r_i · s_ij: r_i the paper's decomposed factor T_progress/(T_progress + T_moves + P) from *measured* time,
-  with T_moves the part of the measured restore time T_ckpt that the job's own moves caused (T_ckpt × its starts
-  other than failures' / all its starts), and s_ij = max(1 − D_i/H_ij, 0) the share of the remaining run
-  H_ij = remaining work / rate in j that is left after paying the job's measured restore time D_i = T_ckpt /
-  starts (P_restart before the first measurement). r damps a job that has moved often; failures strike whatever
-  size a job runs at, so they do not count against a move (with them in r, a job whose failures halved r never
-  doubled again under a growth cap: docs/model.md, "Growth under an exploration cap"). The paper's r multiplies
-  every configuration of a job alike, so it lowers priority but never makes staying cheaper than moving.
+  m_ij = r_i · s_ij: r_i = τ_i/(τ_i + D_i), the paper's decomposed factor measured over the job's current stint
+  (``stint_factor``: τ_i its productive time since its last move, from *measured* counters), and s_ij = max(1 −
+  D_i/H_ij, 0) the share of the remaining run H_ij = remaining work / rate in j that is left after paying the
+  job's measured restore time D_i = T_ckpt / starts (P_restart before the first measurement). r holds a job that
+  has just moved until its progress has paid for that restore; failures strike whatever size a job runs at, so
+  their restarts do not end a stint (with them in r, a job whose failures halved r never doubled again under a
+  growth cap), and a lifetime count of moves locked a young job that had explored growth small
+  (docs/model.md, "Growth under an exploration cap"). The paper's r multiplies every configuration of a job
+  alike, so it lowers priority but never makes staying cheaper than moving.
 * **Idling is never rewarded.** An allocation is worth U − θ with 0 ≤ θ < 1, and leaving a job out is worth 0:
   every valid configuration (U ≥ 1 at r = K = 1) beats idling, and a move, whose U falls towards 0 when a restore
   would outlast the job's remaining run, is floored at MIN_MOVE_VALUE > 0; θ > 0 lets the solver prefer one job
@@ -81,11 +82,16 @@ def starts_and_moves(snap: RoundSnapshot) -> tuple[FloatArray, FloatArray]:
     return starts, moves
 
 
+def restore_per_start(snap: RoundSnapshot) -> FloatArray:
+    """(J,) D_i: each job's measured mean restore time per start (T_ckpt / starts), P_restart before any."""
+    starts, _ = starts_and_moves(snap)
+    return np.asarray(np.where(snap.t_ckpt_s > 0, snap.t_ckpt_s / starts, snap.restart_penalty_s), dtype=np.float64)
+
+
 def switching_factor(snap: RoundSnapshot) -> FloatArray:
     """(J, C) s_ij = max(1 − D_i / H_ij, 0): the part of job i's remaining run in configuration j left after a
     restore of D_i seconds (its measured mean restore per start, P_restart before any is measured)."""
-    starts, _ = starts_and_moves(snap)
-    restore = np.where(snap.t_ckpt_s > 0, snap.t_ckpt_s / starts, snap.restart_penalty_s)
+    restore = restore_per_start(snap)
     with np.errstate(divide="ignore", invalid="ignore"):
         remaining = np.where(snap.progress_rate > 0, snap.remaining_work[:, None] / snap.progress_rate, np.inf)
         s = 1.0 - restore[:, None] / remaining
@@ -93,8 +99,9 @@ def switching_factor(snap: RoundSnapshot) -> FloatArray:
 
 
 #: What the restart factor on a move is measured from (``RestartAwareOakPolicy.move_restart_factor``): the restore
-#: time of the job's own moves, all its restore time (failures' too), or no restart factor (s alone).
-MOVE_RESTART_FACTORS = ("moves", "all", "none")
+#: time of the job's own moves, all its restore time (failures' too), no restart factor (s alone), or the job's
+#: progress since its last move against one restore (``stint_factor``).
+MOVE_RESTART_FACTORS = ("moves", "all", "none", "stint")
 
 
 #: how a job's wait is credited in its admission cost (``admission_costs``): "none", "soft" (R_i² / (R_i + Q_i) in
@@ -159,13 +166,37 @@ def move_restore_time(snap: RoundSnapshot) -> FloatArray:
     return np.asarray(snap.t_ckpt_s * (1.0 + moves) / starts, dtype=np.float64)  # 1 + moves ≤ starts
 
 
-def move_factor(snap: RoundSnapshot, switching: bool = True, restart_factor: str = "moves") -> FloatArray:
+def stint_factor(snap: RoundSnapshot, since_move_s: FloatArray) -> FloatArray:
+    """(J,) r_i = τ_i / (τ_i + D_i): τ_i the job's productive time since its last move (since its first start if
+    it has not moved; failures' restarts do not reset it), D_i its restore per start (``restore_per_start``). The
+    paper's r measured over the job's current stint instead of its life: a job that has just moved is held until
+    it has run long enough to pay for that restore (a doubling worth 1.9× waits ~1.1 restores of progress, a 10 %
+    gain ~10), and the restores that bought what a job knows are forgotten once it has run on — no grace that
+    lets a young job move every round, and no lifetime count that locks it small after. docs/explore-study.md,
+    "Pricing each move as it happens"."""
+    tau = np.maximum(since_move_s, 0.0)
+    d = restore_per_start(snap)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(tau + d > 0, tau / (tau + d), 1.0)
+    return np.asarray(r, dtype=np.float64)
+
+
+def move_factor(
+    snap: RoundSnapshot,
+    switching: bool = True,
+    restart_factor: str = "moves",
+    since_move_s: FloatArray | None = None,
+) -> FloatArray:
     """(J, C) m_ij: 1 on a job's current configuration and for jobs without GPUs; r_i·s_ij elsewhere, r_i from
-    ``restart_factor`` (MOVE_RESTART_FACTORS; "none": s_ij alone), s_ij = 1 without ``switching``."""
+    ``restart_factor`` (MOVE_RESTART_FACTORS; "none": s_ij alone; "stint": ``stint_factor`` of ``since_move_s``,
+    the job's progress since its last move, T_progress where not given), s_ij = 1 without ``switching``."""
     j, c = snap.goodput.shape
     held = np.flatnonzero(snap.current >= 0)
     m = np.ones((j, c))
-    if restart_factor != "none":
+    if restart_factor == "stint":
+        tau = snap.t_progress_s if since_move_s is None else since_move_s
+        m[held] = stint_factor(snap, tau)[held, None]
+    elif restart_factor != "none":
         ckpt = move_restore_time(snap) if restart_factor == "moves" else snap.t_ckpt_s
         r = restart_factor_decomposed(snap.t_progress_s, ckpt, snap.restart_penalty_s)
         m[held] = r[held, None]
@@ -177,11 +208,37 @@ def move_factor(snap: RoundSnapshot, switching: bool = True, restart_factor: str
 
 @dataclass(frozen=True)
 class WaitLedger:
-    """The waiting guard's state between rounds, per job name: when the job last held GPUs (s), and until when
-    an admission by the guard protects its configuration (s). Read-only mappings."""
+    """The policy's state between rounds, per job name: when the job last held GPUs (s), and until when an
+    admission by the waiting guard protects its configuration (s); for ``move_restart_factor="stint"`` also its
+    move count and T_progress (s) when the round was decided, and its T_progress when its current stint began
+    (the round before its last move was seen). Read-only mappings; a job missing from them has no record (its
+    stint is then counted from its first start)."""
 
     last_held_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     protected_until_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    moves: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    progress_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    stint_from_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def stint_starts(snap: RoundSnapshot, ledger: WaitLedger | None) -> FloatArray:
+    """(J,) each job's T_progress when its current stint began: where its move count (``starts_and_moves``) differs
+    from the previous round's, the T_progress the previous round saw (the move came after it); else the ledger's
+    record; 0 (its first start) for a job the ledger does not know. Read from measured counters, so a move a
+    world did not make is not counted, and a failure's restart never starts a stint."""
+    _, moves = starts_and_moves(snap)
+    out = np.zeros(snap.num_jobs)
+    if ledger is None or not ledger.moves:
+        return out
+    for i, name in enumerate(snap.job_names):
+        before = ledger.moves.get(name)
+        if before is None:
+            continue
+        if int(moves[i]) != before:
+            out[i] = ledger.progress_s.get(name, 0.0)
+        else:
+            out[i] = ledger.stint_from_s.get(name, 0.0)
+    return out
 
 
 def waiting_streak(snap: RoundSnapshot, ledger: WaitLedger | None) -> FloatArray:
@@ -234,10 +291,11 @@ class RestartAwareOakPolicy(PolicyBase):
     name: str = "oak"
     #: place on the nodes with the fewest observed failures first (``Policy.avoids_failing_nodes``)
     failure_aware: bool = True
-    #: what the restart factor r on a move is measured from: "moves" (the restore time of the job's own moves),
-    #: "all" (all its restore time, failures' included: the rule before the exploration study), "none" (a move
-    #: valued by s alone). docs/model.md, "Growth under an exploration cap", compares the three.
-    move_restart_factor: str = "moves"
+    #: what the restart factor r on a move is measured from: "stint" (the job's progress since its last move
+    #: against one restore, ``stint_factor``), "moves" (the restore time of the job's own moves over its life: the
+    #: rule before), "all" (all its restore time, failures' included), "none" (a move valued by s alone).
+    #: docs/model.md, "Growth under an exploration cap", and docs/explore-study.md compare them.
+    move_restart_factor: str = "stint"
     #: value each configuration net of what failures and checkpoints cost there (``snap.failure_overhead``); off:
     #: measured no better (docs/checkpoint-study.md), kept as the ablation
     failure_overhead: bool = False
@@ -292,9 +350,17 @@ class RestartAwareOakPolicy(PolicyBase):
         measured times, rates and work."""
         return self.age_key or self.guards_waiting
 
+    @property
+    def _keeps_ledger(self) -> bool:
+        return self.guards_waiting or self.move_restart_factor == "stint"
+
     def utility(self, snap: RoundSnapshot) -> FloatArray:
         """(J, C) U_ij = (G_ij·m_ij)^p·K_i; 0 where invalid."""
-        g = snap.goodput * move_factor(snap, self.switching, self.move_restart_factor)
+        since: FloatArray | None = None
+        if self.move_restart_factor == "stint":
+            ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None
+            since = snap.t_progress_s - stint_starts(snap, ledger)
+        g = snap.goodput * move_factor(snap, self.switching, self.move_restart_factor, since)
         if self.failure_overhead and snap.failure_overhead is not None:  # what failures and checkpoints cost there
             g = g * (1.0 - snap.failure_overhead)
         u = np.power(g, self.p)
@@ -338,7 +404,7 @@ class RestartAwareOakPolicy(PolicyBase):
             "starving": float(starving.sum()),
             "warm": float(res.warm),
         }
-        state = self._next_ledger(snap, ledger, res.choice, starving) if self.guards_waiting else None
+        state = self._next_ledger(snap, ledger, res.choice, starving) if self._keeps_ledger else None
         return Allocation(
             config=res.choice,
             objective=res.objective,
@@ -388,4 +454,14 @@ class RestartAwareOakPolicy(PolicyBase):
                 until[name] = t + self.guard_run_s
             elif choice[i] >= 0 and ledger is not None and ledger.protected_until_s.get(name, -math.inf) > t:
                 until[name] = ledger.protected_until_s[name]
-        return WaitLedger(MappingProxyType(last), MappingProxyType(until))
+        if self.move_restart_factor != "stint":
+            return WaitLedger(MappingProxyType(last), MappingProxyType(until))
+        _, moves = starts_and_moves(snap)
+        begun = stint_starts(snap, ledger)
+        return WaitLedger(
+            MappingProxyType(last),
+            MappingProxyType(until),
+            moves=MappingProxyType({n: int(moves[i]) for i, n in enumerate(snap.job_names)}),
+            progress_s=MappingProxyType({n: float(snap.t_progress_s[i]) for i, n in enumerate(snap.job_names)}),
+            stint_from_s=MappingProxyType({n: float(begun[i]) for i, n in enumerate(snap.job_names)}),
+        )

@@ -27,6 +27,7 @@ from oak.engine.rules import PhysicsOptions
 from oak.model.cluster import Cluster
 from oak.model.snapshot import Allocation, RoundSnapshot, frozen_array
 from oak.policies import make_policy, policy_names
+from oak.policies.base import PolicyBase
 from oak.policies.oak import OakPolicy
 from oak.scoring import RestartFactor, UtilityParams, restart_factor_decomposed, utility_matrix
 from oak.sim import Simulator
@@ -193,6 +194,26 @@ def test_every_policy_returns_a_feasible_allocation(name: str, data: st.DataObje
         # exact optimum ⇒ no idle GPUs beside a waiting job worth more than μ_na there (tolerance: fp sums)
         scale = 1e-9 * max(1.0, float(np.abs(utility_matrix(snap, policy.params)).max()) * snap.num_jobs)
         assert unadmitted_gain(snap, alloc.config, policy.params) <= scale
+
+
+@pytest.mark.parametrize("name", list(POLICIES), ids=lambda n: "plugin:srtf" if n == EXAMPLE_PLUGIN else n)
+@given(data=st.data())
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+def test_a_kept_policy_state_survives_json(name: str, data: st.DataObject) -> None:
+    """``PolicyBase.state_to_json`` over every policy: where a policy keeps its state across a runtime restart, the
+    state it returns after two rounds is JSON and comes back equal; where it does not, the hook says None."""
+    import json
+
+    policy = POLICIES[name]
+    snap = data.draw(snapshots(node_goodput=policy.needs_node_goodput))
+    state = policy.decide(snap).state
+    state = policy.decide(dataclasses.replace(snap, policy_state=state, time_s=snap.time_s + 60.0)).state
+    if not isinstance(policy, PolicyBase):
+        return
+    kept = policy.state_to_json(state)
+    if kept is None:
+        return
+    assert policy.state_from_json(json.loads(json.dumps(kept, allow_nan=False))) == state
 
 
 def test_gavel_with_no_work_left_terminates() -> None:

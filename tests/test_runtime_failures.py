@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -469,3 +470,73 @@ def test_the_waiting_guard_admits_a_starving_job_after_a_day_of_fake_clock(tmp_p
     protected = [t for t, p, _ in b.history if p == "stopping" and t < launched[0] + 3_600.0]
     assert protected == [], b.history  # kept for the guard's hour
     assert len(ex.launches) >= 2 and sched.store.rounds() >= 1_400
+
+
+def test_a_restarted_scheduler_keeps_the_waiting_guards_ledger(tmp_path: Path) -> None:
+    """The guard's state survives a scheduler restart: the run above, with the scheduler replaced mid-way through
+    ``b``'s protected hour by a new one on the same run directory (the executor still runs ``b``, which is
+    adopted). The new scheduler reads the ledger the last committed round left (``PolicyBase.state_to_json``):
+    ``a`` waited since it was stopped, not since it arrived a day ago, so it is not starving, and ``b`` keeps its
+    hour. Without the ledger the restart would count ``a``'s wait from its arrival and the guard would stop ``b``
+    for it at once."""
+    from oak.policies.restart_aware import RestartAwareOakPolicy, WaitLedger
+
+    two = ONE_JOB.replace("name: j", "name: a") + ONE_JOB.split("\n", 1)[1].replace("name: j", "name: b").replace(
+        "ckpt_every: 10}", "ckpt_every: 10, submit_s: 60}"
+    )
+    jobs = parse_jobs(two, "two.yaml")
+    ex = ScriptedExecutor([Fate(end="running", reach=10)], adopts=True)
+    opts = RuntimeOptions(devices=1, round_s=60.0, tick_s=60.0)
+    first = RuntimeScheduler(jobs, RestartAwareOakPolicy(), tmp_path / "run", opts, ex, clock=ex.clock)
+    start = first.begin()
+    last = 0.0
+    while (now := ex.clock.time() - start) < 60.0 + 86_400.0 + 900.0:
+        first.sync(now, now - last)
+        first.step_next(now)
+        last = now
+        ex.clock.sleep(opts.tick_s)
+    launched = [t for t, p, _ in first.records[1].history if p == "restoring"]
+    assert launched and launched[0] >= 86_460.0, first.records[1].history  # admitted by the guard, protected
+    until = first.store.meta()["policy_state"]["protected_until_s"]["b"]  # an hour from the round that admitted it
+    assert launched[0] + 3_600.0 - 120.0 <= until <= launched[0] + 3_600.0
+
+    seen: list[object] = []
+
+    class Watching(RestartAwareOakPolicy):
+        def decide(self, snap: Any) -> Any:
+            seen.append(snap.policy_state)
+            return super().decide(snap)
+
+    second = RuntimeScheduler(jobs, Watching(), tmp_path / "run", opts, ex, clock=ex.clock)
+    start = second.begin()
+    assert second.records[1].adopted == 1
+    while (now := ex.clock.time() - start) < until - 60.0:
+        second.sync(now, now - last)
+        second.step_next(now)
+        last = now
+        ex.clock.sleep(opts.tick_s)
+    assert isinstance(seen[0], WaitLedger) and seen[0].protected_until_s["b"] == until
+    assert seen[0].last_held_s["a"] < launched[0]  # a waits since it was stopped
+    stops = [t for t, p, _ in second.records[1].history if p == "stopping"]
+    assert stops == [], second.records[1].history  # b kept its hour across the restart
+    assert len(ex.launches) == 2  # a, then b: nothing launched again
+
+
+def test_the_ledger_round_trips_through_json_and_junk_is_no_state() -> None:
+    import json
+
+    from oak.policies.restart_aware import RestartAwareOakPolicy, WaitLedger
+
+    policy = RestartAwareOakPolicy()
+    ledger = WaitLedger(
+        last_held_s=MappingProxyType({"a": 10.5}),
+        protected_until_s=MappingProxyType({"b": 3_700.0}),
+        moves=MappingProxyType({"a": 3}),
+        progress_s=MappingProxyType({"a": 120.0}),
+        stint_from_s=MappingProxyType({"a": 60.0}),
+    )
+    back = policy.state_from_json(json.loads(json.dumps(policy.state_to_json(ledger))))
+    assert back == ledger and isinstance(back, WaitLedger) and type(back.moves["a"]) is int
+    for junk in (None, [], "x", {"moves": {"a": "3"}}, {"last_held_s": [1.0]}, {"moves": {"a": True}}):
+        assert policy.state_from_json(junk) is None
+    assert policy.state_to_json(None) is None and make_policy("sia").state_to_json(object()) is None  # type: ignore[attr-defined]

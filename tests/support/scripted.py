@@ -37,10 +37,12 @@ class ScriptedExecutor:
     clock: FakeClock = field(default_factory=FakeClock)
     launches: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
     kills: int = 0
+    adopts: bool = False
+    """Whether a restarted scheduler on this executor adopts the incarnations it still runs (else none)."""
     _live: dict[str, tuple[Fate, float, int]] = field(default_factory=dict)
 
     def adopt(self, item: Launch, pids: list[int]) -> bool:
-        return False
+        return self.adopts and item.job.name in self._live
 
     def launch(self, item: Launch) -> None:
         fate = self.fates[min(len(self.launches), len(self.fates) - 1)]

@@ -49,6 +49,11 @@ class PolicyBase:
     * ``notes(snap, alloc)`` (default none): the policy's own word on why some jobs hold what they hold after its
       decision (e.g. the waiting guard's protection), by job position; called only where reasons are shown
       (``oak.engine.reasons``), never by ``decide``.
+    * ``state_to_json(state)`` / ``state_from_json(data)`` (default: not kept): the policy's ``Allocation.state``
+      as JSON values and back. A runtime scheduler commits it with each round, so that a scheduler restarted on
+      its run directory hands the next round the state the last one left (the waiting guard's ledger, the stint
+      each job's moves are measured from) instead of starting without. ``state_from_json`` returns None for data
+      it does not recognise: the policy then starts without state, as on a fresh run.
     """
 
     @property
@@ -65,3 +70,9 @@ class PolicyBase:
 
     def notes(self, snap: RoundSnapshot, alloc: Allocation) -> Mapping[int, str]:
         return {}
+
+    def state_to_json(self, state: object) -> object | None:
+        return None
+
+    def state_from_json(self, data: object) -> object | None:
+        return None

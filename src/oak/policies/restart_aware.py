@@ -44,6 +44,7 @@ a day by default. No I/O; a pure function of the snapshot (and the previous roun
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -414,6 +415,27 @@ class RestartAwareOakPolicy(PolicyBase):
             values=value,
             prices=res.prices,
         )
+
+    def state_to_json(self, state: object) -> object | None:
+        """The ledger (``WaitLedger``) as a JSON object of its mappings (``PolicyBase.state_to_json``)."""
+        if not isinstance(state, WaitLedger):
+            return None
+        return {f.name: dict(getattr(state, f.name)) for f in dataclasses.fields(WaitLedger)}
+
+    def state_from_json(self, data: object) -> object | None:
+        """The ledger back from ``state_to_json``'s object; None for anything else (a run without state)."""
+        if not isinstance(data, dict):
+            return None
+        out: dict[str, Mapping[str, float]] = {}
+        for f in dataclasses.fields(WaitLedger):
+            part = data.get(f.name, {})
+            if not isinstance(part, dict) or not all(
+                isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) for k, v in part.items()
+            ):
+                return None
+            cast = int if f.name == "moves" else float
+            out[f.name] = MappingProxyType({k: cast(v) for k, v in part.items()})
+        return WaitLedger(**out)  # type: ignore[arg-type]
 
     def notes(self, snap: RoundSnapshot, alloc: Allocation) -> Mapping[int, str]:
         """The waiting guard's word (``Policy.notes``): a job it admitted this round, or one it protects."""

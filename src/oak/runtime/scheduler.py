@@ -55,7 +55,7 @@ from oak.failures import FailureStream, PerJobBernoulli, rng
 from oak.job import ADVICE_FILE
 from oak.model.cluster import Cluster, homogeneous_cluster
 from oak.model.job import JobSpec
-from oak.policies.base import Policy
+from oak.policies.base import Policy, PolicyBase
 from oak.runtime.clock import Clock, SystemClock
 from oak.runtime.executor import Executor, Launch, LocalExecutor
 from oak.runtime.frontend import Inbox, Publisher
@@ -497,6 +497,9 @@ class RuntimeScheduler:
                 if self.opts.retry_failed and r.failed:
                     r.gave_up, r.fail_streak, r.retry_at_s = None, 0, 0.0
                     enter(r, JobPhase.QUEUED, self.clock.time() - self._start_wall, "--retry-failed")
+            if self.st is not None and isinstance(self.policy, PolicyBase) and "policy_state" in meta:
+                # the state the last committed round left (the waiting guard's ledger, each job's stint)
+                self.st.policy_state = self.policy.state_from_json(meta["policy_state"])
             self.store.save(records, {"resumed": int(meta.get("resumed", 0)) + 1})
             return records, float(meta["start_wall"])
         records = [JobRecord(n) for n in self.names]
@@ -1105,6 +1108,12 @@ class RuntimeScheduler:
             rows.append((r.name, code, detail))
         return rows
 
+    def _policy_state_json(self) -> object | None:
+        """The policy's state after this round as JSON values, if the policy keeps it (``PolicyBase.state_to_json``)."""
+        if self.st is None or not isinstance(self.policy, PolicyBase):
+            return None
+        return self.policy.state_to_json(self.st.policy_state)
+
     def _enact(
         self, plan: Plan, active: np.ndarray, records: list[JobRecord], now: float, reasons: RoundReasons | None = None
     ) -> None:
@@ -1128,7 +1137,13 @@ class RuntimeScheduler:
             allocation["_waiting_for_stops"] = sorted(self.names[i] for i in waiting)
         k = self.store.rounds()
         why = self._why(reasons, active, records, now)
-        self.store.save(self._changing(records), None, (k, now, ms, json.dumps(allocation, sort_keys=True)), why)
+        kept = self._policy_state_json()
+        self.store.save(
+            self._changing(records),
+            None if kept is None else {"policy_state": kept},
+            (k, now, ms, json.dumps(allocation, sort_keys=True)),
+            why,
+        )
         self._event(
             {
                 "event": "round",

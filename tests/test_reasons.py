@@ -100,24 +100,26 @@ def test_exploration_rules_say_so() -> None:
 
 def test_restoring_jobs_and_the_waiting_guard_are_named() -> None:
     """A job inside its restore keeps its configuration (with the seconds left); one the waiting guard admitted
-    is protected, as the policy's own note says."""
-    restoring = guard = 0
+    is protected, as the policy's own note says; one whose last move is not paid for yet says so (the stint)."""
+    restoring = guard = stint = 0
     sim = Simulator(load_workload("congestion"))
     policy = make_policy("oak", max_wait_s=3_600.0)
 
     def observe(r: RoundReasons) -> None:
-        nonlocal restoring, guard
+        nonlocal restoring, guard, stint
         for i, c in enumerate(r.codes()):
             text = r.reason(i).text if c != "max" else ""
             if c == "restoring":
                 restoring += 1
                 assert text.startswith("restoring (kept its configuration") and " s left" in text
-            if c == "policy":
+            if c == "policy" and "waiting guard" in text:
                 guard += 1
-                assert "waiting guard" in text
+            elif c == "policy":
+                stint += 1
+                assert "s of progress ago" in text and "needs r >" in text, text
 
     sim.run(policy, 0.0, 0, on_reasons=observe)
-    assert restoring > 0 and guard > 0
+    assert restoring > 0 and guard > 0 and stint > 0
 
 
 def test_a_job_no_configuration_fits_says_so() -> None:

@@ -377,6 +377,9 @@ def test_a_stint_pays_for_its_move_before_the_next_and_old_moves_are_forgotten()
     assert stint_starts(just, just.policy_state)[0] == 290.0  # type: ignore[arg-type]
     assert policy.decide(just).config[0] == two
     assert RestartAwareOakPolicy(move_restart_factor="none").decide(just).config[0] == four
+    note = policy.notes(just, policy.decide(just))[0]  # why it stays (oak explain, oak status)
+    assert "last move was 10 s of progress ago" in note and "r = 0.17" in note and "4 GPUs" in note, note
+    assert policy.notes(snap, policy.decide(snap)) == {}  # it moves: nothing to explain
 
     failed = dataclasses.replace(  # a failure since: one more restart, the same moves, the same stint
         snap,

@@ -13,7 +13,7 @@ operations (``oak bench reasons`` measures it against the decision).
 | ``restoring`` | restoring: kept its configuration until the restore is over | ``restoring`` |
 | ``bootstrap`` | not run yet: offered only its smallest configurations (the exploration rule) | ``max_gpus`` vs. its bound |
 | ``cap`` | held by the exploration cap (2× the most GPUs it has run on) | ``max_gpus`` vs. its bound |
-| ``policy`` | the policy's own note (the waiting guard's protection, a fairness order) | ``Policy.notes`` |
+| ``policy`` | the policy's own note (the waiting guard's protection, a move not paid for yet, a fairness order) | ``Policy.notes`` |
 | ``unplaced`` | given a configuration no placement on the free GPUs fits | allocation vs. placement |
 | ``outbid`` | its best option (beyond what it got) is worth less than what holds those GPUs | values, allocation |
 | ``not-worth`` | every option beyond what it got is worth no more than what it got (or than idling) | values |

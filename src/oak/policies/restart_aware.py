@@ -438,12 +438,13 @@ class RestartAwareOakPolicy(PolicyBase):
         return WaitLedger(**out)  # type: ignore[arg-type]
 
     def notes(self, snap: RoundSnapshot, alloc: Allocation) -> Mapping[int, str]:
-        """The waiting guard's word (``Policy.notes``): a job it admitted this round, or one it protects."""
+        """The policy's word (``Policy.notes``): a job the waiting guard admitted this round or protects, and a job
+        its stint holds (``stint_notes``)."""
+        out = self.stint_notes(snap, alloc)
         ledger = alloc.state if isinstance(alloc.state, WaitLedger) else None
         if ledger is None:
-            return {}
+            return out
         before = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None
-        out: dict[int, str] = {}
         protected = {n: u for n, u in ledger.protected_until_s.items() if u > snap.time_s}
         if not protected:
             return out
@@ -457,6 +458,41 @@ class RestartAwareOakPolicy(PolicyBase):
             out[i] = (
                 f"{how} the waiting guard (it waited over {self.max_wait_s / 3600:g} h); keeps this configuration "
                 f"for {left / 60:,.0f} min more (until t = {until:,.0f} s)"
+            )
+        return out
+
+    def stint_notes(self, snap: RoundSnapshot, alloc: Allocation) -> dict[int, str]:
+        """Jobs that keep their configuration because their last move is not paid for yet (``move_restart_factor=
+        "stint"``): a configuration worth more than staying by its goodput and s alone (G_ij·s_ij > G_i,now) but
+        not once r is counted (G_ij·r_i·s_ij ≤ G_i,now). Says how much progress the job has made since its last
+        move (or its start), its restore, r, and the r the best such move needs."""
+        if self.move_restart_factor != "stint" or snap.num_jobs == 0:
+            return {}
+        cur = snap.current
+        held = np.flatnonzero((cur >= 0) & (alloc.config == cur) & ~snap.restoring)
+        if held.size == 0:
+            return {}
+        ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None
+        tau = snap.t_progress_s - stint_starts(snap, ledger)
+        r = stint_factor(snap, tau)
+        restore = restore_per_start(snap)
+        _, moves = starts_and_moves(snap)
+        gs = snap.goodput * (switching_factor(snap) if self.switching else 1.0)
+        gs = np.where(snap.valid, gs, 0.0)
+        out: dict[int, str] = {}
+        for i in held.tolist():
+            now = float(snap.goodput[i, cur[i]])
+            row = gs[i].copy()
+            row[cur[i]] = 0.0
+            j = int(np.argmax(row))
+            if not (row[j] > now > 0 and row[j] * r[i] <= now):
+                continue
+            since = "its last move was" if moves[i] > 0 else "it started"
+            out[i] = (
+                f"{since} {max(float(tau[i]), 0.0):,.0f} s of progress ago, against a "
+                f"{float(restore[i]):,.0f}-s restore: a move is valued at r = {float(r[i]):.2f} of its goodput until "
+                f"its progress pays for that restore; {int(snap.config_gpus[j])} GPUs (×{row[j] / now:.2f} its "
+                f"goodput now, net of a restore) needs r > {now / row[j]:.2f}"
             )
         return out
 

@@ -285,28 +285,7 @@ def test_failures_do_not_keep_a_job_from_doubling() -> None:
     41 here, r ≈ 0.95) takes the 4, as s alone does and as the product's r from its stint does (10,000 s of
     progress against one 244-s restore); under "moves" a job that moved as often as this one failed keeps r ≈ 0.49
     and stays (r damps a job that keeps moving; the stint rule damps each move as it happens instead)."""
-    base = random_snapshot(np.random.default_rng(3), PAPER_12, 1)
-    gpus = np.asarray(base.config_gpus)
-    two, four = (int(np.flatnonzero(gpus == g)[0]) for g in (2, 4))
-    valid = (gpus <= 4)[None, :]
-    goodput = np.where(valid, 0.0, 0.0)
-    goodput[0, gpus == 1] = 0.55
-    goodput[0, gpus == 2] = 1.0
-    goodput[0, gpus == 4] = 1.97
-    snap = dataclasses.replace(
-        base,
-        goodput=frozen_array(goodput, np.float64),
-        progress_rate=frozen_array(goodput, np.float64),
-        valid=frozen_array(valid, bool),
-        current=frozen_array([two], np.int64),
-        restoring=frozen_array([False], bool),
-        t_progress_s=frozen_array([10_000.0], np.float64),
-        t_ckpt_s=frozen_array([10_000.0], np.float64),
-        restarts=frozen_array([40], np.int64),
-        failures=frozen_array([40], np.int64),
-        restart_penalty_s=frozen_array([250.0], np.float64),
-        remaining_work=frozen_array([1e6], np.float64),
-    )
+    snap, two, four = _doubling_round(10_000.0, 40, 40, ckpt_s=10_000.0, penalty_s=250.0, remaining=1e6)
     s = switching_factor(snap)[0, four]
     r = 10_000.0 / (20_000.0 + 250.0)
     assert s > 0.99 and 1.97 * r * s < 1.0  # the bar a doubling must clear: G_4/G_2 > 1/(r·s)
@@ -319,9 +298,17 @@ def test_failures_do_not_keep_a_job_from_doubling() -> None:
     assert moves.decide(mover).config[0] == two
 
 
-def _doubling_round(progress_s: float, restarts: int, failures: int = 0) -> tuple[RoundSnapshot, int, int]:
+def _doubling_round(
+    progress_s: float,
+    restarts: int,
+    failures: int = 0,
+    *,
+    ckpt_s: float | None = None,
+    penalty_s: float = 50.0,
+    remaining: float = 1e7,
+) -> tuple[RoundSnapshot, int, int]:
     """One job alone on paper-12 on 2 GPUs that may grow to 4 (×1.97 goodput), its remaining run long (s ≈ 1),
-    a 50-s restore per start measured; (snapshot, index of 2 GPUs, index of 4)."""
+    a 50-s restore per start measured unless ``ckpt_s`` says otherwise; (snapshot, index of 2 GPUs, index of 4)."""
     base = random_snapshot(np.random.default_rng(3), PAPER_12, 1)
     gpus = np.asarray(base.config_gpus)
     two, four = (int(np.flatnonzero(gpus == g)[0]) for g in (2, 4))
@@ -336,11 +323,11 @@ def _doubling_round(progress_s: float, restarts: int, failures: int = 0) -> tupl
         current=frozen_array([two], np.int64),
         restoring=frozen_array([False], bool),
         t_progress_s=frozen_array([progress_s], np.float64),
-        t_ckpt_s=frozen_array([50.0 * (restarts + 1)], np.float64),
+        t_ckpt_s=frozen_array([50.0 * (restarts + 1) if ckpt_s is None else ckpt_s], np.float64),
         restarts=frozen_array([restarts], np.int64),
         failures=frozen_array([failures], np.int64),
-        restart_penalty_s=frozen_array([50.0], np.float64),
-        remaining_work=frozen_array([1e7], np.float64),
+        restart_penalty_s=frozen_array([penalty_s], np.float64),
+        remaining_work=frozen_array([remaining], np.float64),
         policy_state=None,
     )
     return snap, two, four

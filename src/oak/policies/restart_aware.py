@@ -355,12 +355,17 @@ class RestartAwareOakPolicy(PolicyBase):
     def _keeps_ledger(self) -> bool:
         return self.guards_waiting or self.move_restart_factor == "stint"
 
-    def utility(self, snap: RoundSnapshot) -> FloatArray:
-        """(J, C) U_ij = (G_ij·m_ij)^p·K_i; 0 where invalid."""
-        since: FloatArray | None = None
-        if self.move_restart_factor == "stint":
-            ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None
-            since = snap.t_progress_s - stint_starts(snap, ledger)
+    def _stint_from(self, snap: RoundSnapshot) -> FloatArray | None:
+        """(J,) T_progress at each job's current stint's start (``stint_starts``), or None unless r is the stint's."""
+        if self.move_restart_factor != "stint":
+            return None
+        return stint_starts(snap, snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None)
+
+    def utility(self, snap: RoundSnapshot, stint_from: FloatArray | None = None) -> FloatArray:
+        """(J, C) U_ij = (G_ij·m_ij)^p·K_i; 0 where invalid. ``stint_from``: ``_stint_from(snap)``, if computed."""
+        if stint_from is None:
+            stint_from = self._stint_from(snap)
+        since = None if stint_from is None else snap.t_progress_s - stint_from
         g = snap.goodput * move_factor(snap, self.switching, self.move_restart_factor, since)
         if self.failure_overhead and snap.failure_overhead is not None:  # what failures and checkpoints cost there
             g = g * (1.0 - snap.failure_overhead)
@@ -373,7 +378,8 @@ class RestartAwareOakPolicy(PolicyBase):
         # a move is never worth less than idling (MIN_MOVE_VALUE): a job displaced from its configuration takes
         # GPUs it fits rather than wait beside them, however little of its run a restore leaves (s → 0)
         cost = admission_costs(snap, self.theta, self.remaining_exponent, self.credit_wait)
-        value = np.where(snap.valid, np.maximum(self.utility(snap) - cost[:, None], MIN_MOVE_VALUE), 0.0)
+        stint_from = self._stint_from(snap)  # once a round: the utility and the next ledger read it
+        value = np.where(snap.valid, np.maximum(self.utility(snap, stint_from) - cost[:, None], MIN_MOVE_VALUE), 0.0)
         kept = forced_configs(snap, kept_while_restoring(snap) if self.keep_restoring else None)
         forced = kept if kept is not None else np.full(snap.num_jobs, -1, dtype=np.int64)
         ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None
@@ -405,7 +411,7 @@ class RestartAwareOakPolicy(PolicyBase):
             "starving": float(starving.sum()),
             "warm": float(res.warm),
         }
-        state = self._next_ledger(snap, ledger, res.choice, starving) if self._keeps_ledger else None
+        state = self._next_ledger(snap, ledger, res.choice, starving, stint_from) if self._keeps_ledger else None
         return Allocation(
             config=res.choice,
             objective=res.objective,
@@ -472,8 +478,9 @@ class RestartAwareOakPolicy(PolicyBase):
         held = np.flatnonzero((cur >= 0) & (alloc.config == cur) & ~snap.restoring)
         if held.size == 0:
             return {}
-        ledger = snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None
-        tau = snap.t_progress_s - stint_starts(snap, ledger)
+        stint_from = self._stint_from(snap)
+        assert stint_from is not None
+        tau = snap.t_progress_s - stint_from
         r = stint_factor(snap, tau)
         restore = restore_per_start(snap)
         _, moves = starts_and_moves(snap)
@@ -497,7 +504,12 @@ class RestartAwareOakPolicy(PolicyBase):
         return out
 
     def _next_ledger(
-        self, snap: RoundSnapshot, ledger: WaitLedger | None, choice: IntArray, starving: BoolArray
+        self,
+        snap: RoundSnapshot,
+        ledger: WaitLedger | None,
+        choice: IntArray,
+        starving: BoolArray,
+        stint_from: FloatArray | None = None,
     ) -> WaitLedger:
         """Who holds GPUs after this round (now), and the protection of jobs the guard admitted (active jobs only)."""
         t = snap.time_s
@@ -512,14 +524,14 @@ class RestartAwareOakPolicy(PolicyBase):
                 until[name] = t + self.guard_run_s
             elif choice[i] >= 0 and ledger is not None and ledger.protected_until_s.get(name, -math.inf) > t:
                 until[name] = ledger.protected_until_s[name]
-        if self.move_restart_factor != "stint":
+        if stint_from is None:
             return WaitLedger(MappingProxyType(last), MappingProxyType(until))
+        names = snap.job_names
         _, moves = starts_and_moves(snap)
-        begun = stint_starts(snap, ledger)
         return WaitLedger(
             MappingProxyType(last),
             MappingProxyType(until),
-            moves=MappingProxyType({n: int(moves[i]) for i, n in enumerate(snap.job_names)}),
-            progress_s=MappingProxyType({n: float(snap.t_progress_s[i]) for i, n in enumerate(snap.job_names)}),
-            stint_from_s=MappingProxyType({n: float(begun[i]) for i, n in enumerate(snap.job_names)}),
+            moves=MappingProxyType(dict(zip(names, moves.astype(np.int64).tolist(), strict=True))),
+            progress_s=MappingProxyType(dict(zip(names, snap.t_progress_s.tolist(), strict=True))),
+            stint_from_s=MappingProxyType(dict(zip(names, stint_from.tolist(), strict=True))),
         )

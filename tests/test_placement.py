@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -78,3 +79,75 @@ def test_the_job_with_more_at_risk_gets_the_healthier_node() -> None:
         assert cluster.node_of_gpu(out[safe][0]) == 1, (risk, out)
     plain = place(cluster, [cfg, cfg], [(), ()], [None, None])
     assert place(cluster, [cfg, cfg], [(), ()], [None, None], risk=[10.0, 100.0]) == plain
+
+
+def _fitting_round(
+    rng: np.random.Generator,
+    configs: Sequence[Configuration],
+    capacity: dict[str, int],
+    prev_cfg: list[Configuration | None],
+) -> list[Configuration | None]:
+    """A random round's configurations within each type's capacity: most jobs keep theirs, the others draw one
+    (small ones more often), and random jobs lose theirs until every type fits."""
+    weights = np.array([1.0 / c.gpus for c in configs])
+    out: list[Configuration | None] = []
+    for before in prev_cfg:
+        if before is not None and rng.random() < 0.6:
+            out.append(before)
+        elif rng.random() < 0.2:
+            out.append(None)
+        else:
+            out.append(configs[int(rng.choice(len(configs), p=weights / weights.sum()))])
+    while True:
+        used: dict[str, int] = {}
+        for c in out:
+            if c is not None:
+                used[c.gpu_type] = used.get(c.gpu_type, 0) + c.gpus
+        if all(used[t] <= capacity[t] for t in used):
+            return out
+        out[int(rng.choice([i for i, c in enumerate(out) if c is not None]))] = None
+
+
+@pytest.mark.parametrize("preset", ["paper-12", "sia-64", "sia-64x2"])
+def test_the_placer_agrees_with_its_reference_round_after_round(preset: str) -> None:
+    """The vectorised placer (a free-GPU mask and per-node counts) against the list-based placer it replaced
+    (tests/support/reference_placer.py): the same GPU ids for every job over random rounds — kept and changed
+    configurations, nodes out of service, node health and work at risk — and the same failures where none fits."""
+    from tests.support.reference_placer import reference_place
+
+    from oak.placement import PlacementError
+
+    cluster = cluster_preset(preset)
+    configs = sia_configurations(cluster)
+    capacity = {t: cluster.capacity(t) for t in cluster.gpu_types}
+    rng = np.random.default_rng(len(preset))
+    n_jobs = 16
+    placed = 0
+    for _trial in range(25):
+        prev: list[tuple[int, ...]] = [() for _ in range(n_jobs)]
+        prev_cfg: list[Configuration | None] = [None] * n_jobs
+        for _ in range(8):
+            cfgs = _fitting_round(rng, configs, capacity, prev_cfg)
+            down: frozenset[int] = frozenset()
+            if rng.random() < 0.3:  # a node out of service that no kept job holds
+                held = {
+                    cluster.node_of_gpu(g)
+                    for i, c in enumerate(cfgs)
+                    if c is not None and c == prev_cfg[i]
+                    for g in prev[i]
+                }
+                spare = [n for n in range(len(cluster.nodes)) if n not in held]
+                if spare:
+                    down = frozenset(int(n) for n in rng.choice(spare, size=min(2, len(spare)), replace=False))
+            health = rng.integers(0, 3, size=len(cluster.nodes)).tolist() if rng.random() < 0.5 else None
+            risk = rng.integers(0, 4, size=n_jobs).astype(float).tolist() if rng.random() < 0.5 else None
+            want = reference_place(cluster, cfgs, prev, prev_cfg, down, health, risk)
+            try:
+                got: list[tuple[int, ...]] | None = place(cluster, cfgs, prev, prev_cfg, down, health, risk)
+            except PlacementError:
+                got = None
+            assert got == want, (preset, cfgs, prev, down, health, risk)
+            if got is not None:
+                placed += 1
+                prev, prev_cfg = got, cfgs
+    assert placed >= 100  # the rounds compared are mostly placements, not failures to place

@@ -7,6 +7,9 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+import numpy.typing as npt
+
 from oak.errors import OakInputError
 
 
@@ -17,6 +20,23 @@ class Node:
     node_id: int
     gpu_type: str
     gpus: int
+
+
+@dataclass(frozen=True)
+class ClusterArrays:
+    """A cluster's layout as read-only arrays (``Cluster.arrays``): each node's first global GPU id and GPU count,
+    each GPU's node, and each type's node ids in node order."""
+
+    first_gpu: npt.NDArray[np.int64]
+    node_gpus: npt.NDArray[np.int64]
+    gpu_node: npt.NDArray[np.int64]
+    type_nodes: dict[str, npt.NDArray[np.int64]]
+
+
+def _frozen(values: list[int]) -> npt.NDArray[np.int64]:
+    out = np.asarray(values, dtype=np.int64)
+    out.flags.writeable = False
+    return out
 
 
 @dataclass(frozen=True)
@@ -81,6 +101,16 @@ class Cluster:
         for n in self.nodes:
             out.setdefault(n.gpu_type, []).append(n)
         return {t: tuple(ns) for t, ns in out.items()}
+
+    @cached_property
+    def arrays(self) -> ClusterArrays:
+        """The layout as arrays, for vectorised placement."""
+        return ClusterArrays(
+            first_gpu=_frozen(list(self.first_gpu)),
+            node_gpus=_frozen([n.gpus for n in self.nodes]),
+            gpu_node=_frozen(list(self.gpu_nodes)),
+            type_nodes={t: _frozen([n.node_id for n in ns]) for t, ns in self.nodes_of_type.items()},
+        )
 
     @cached_property
     def _total_gpus(self) -> int:

@@ -9,7 +9,10 @@ beyond) whenever per-type capacity holds.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
+
+import numpy as np
 
 from oak.model.cluster import Cluster
 from oak.model.config import Configuration
@@ -60,56 +63,63 @@ def _try_place(
     health: Sequence[int] | None = None,
     risk: Sequence[float] | None = None,
 ) -> list[GpuSet] | None:
+    """One placement attempt (``place``): the kept jobs' GPUs, then the others; None where one does not fit. The
+    free GPUs are a mask over the cluster's GPU ids and a count per node, so a round costs one pass over the
+    GPUs plus the jobs it places (each takes the lowest free ids of the node it lands on)."""
+    arrays = cluster.arrays
+    first, size = arrays.first_gpu, arrays.node_gpus
     out: list[GpuSet] = [() for _ in configs]
-    taken: set[int] = set()
-    n_kept = 0
-    for i, keep in enumerate(kept):
-        if keep:
-            taken.update(previous[i])
-            n_kept += len(previous[i])
+    taken = np.zeros(cluster.total_gpus, dtype=bool)
+    keep = [i for i, k in enumerate(kept) if k]
+    down_node = np.zeros(len(size), dtype=bool)
+    if down:
+        down_node[list(down)] = True
+    if keep:
+        flat = np.fromiter(itertools.chain.from_iterable(previous[i] for i in keep), dtype=np.int64)
+        taken[flat] = True
+        if int(np.count_nonzero(taken)) != len(flat) or bool(down_node[arrays.gpu_node[flat]].any()):
+            raise ValueError("kept placements overlap or lie on a node out of service")
+        for i in keep:
             out[i] = previous[i]
-    gpu_nodes = cluster.gpu_nodes
-    touched = {gpu_nodes[g] for g in taken}
-    if len(taken) != n_kept or not touched.isdisjoint(down):
-        raise ValueError("kept placements overlap or lie on a node out of service")
-    free: list[list[int]] = [
-        []
-        if node.node_id in down
-        else [g for g in range(first, first + node.gpus) if g not in taken]
-        if node.node_id in touched
-        else list(range(first, first + node.gpus))
-        for first, node in zip(cluster.first_gpu, cluster.nodes, strict=True)
-    ]
+    free = size - np.add.reduceat(taken.view(np.int8), first).astype(np.int64)
+    free[down_node] = 0
     todo = [i for i, c in enumerate(configs) if c is not None and not kept[i]]
     at_risk = risk if risk is not None and health is not None else [0.0] * len(configs)
     todo.sort(key=lambda i: (-_cfg(configs, i).nodes, -_cfg(configs, i).gpus, -at_risk[i], i))
-    by_type = cluster.nodes_of_type
+    healthy = None if health is None else np.asarray(health, dtype=np.int64)
     for i in todo:
         cfg = _cfg(configs, i)
-        nodes = by_type.get(cfg.gpu_type, ())
+        ids = arrays.type_nodes.get(cfg.gpu_type)
+        if ids is None:
+            return None
         if cfg.nodes > 1:
             per_node = cfg.gpus // cfg.nodes
-            whole = [
-                n.node_id
-                for n in reversed(nodes)
-                if n.node_id not in down and len(free[n.node_id]) == n.gpus and n.gpus >= per_node
-            ]
-            if health is not None:
-                whole.sort(key=lambda nid: health[nid])  # stable: the usual order among equally healthy nodes
+            cand = ids[::-1]  # highest node index first
+            whole = cand[(free[cand] == size[cand]) & (size[cand] >= per_node) & ~down_node[cand]]
+            if healthy is not None:  # stable: the usual order among equally healthy nodes
+                whole = whole[np.argsort(healthy[whole], kind="stable")]
             if len(whole) < cfg.nodes:
                 return None
             gpus: list[int] = []
-            for nid in sorted(whole[: cfg.nodes]):
-                gpus.extend(free[nid][:per_node])
-                del free[nid][:per_node]
+            for nid in sorted(whole[: cfg.nodes].tolist()):  # a whole node: its lowest ids are free
+                f = int(first[nid])
+                gpus.extend(range(f, f + per_node))
+                taken[f : f + per_node] = True
+                free[nid] -= per_node
             out[i] = tuple(gpus)
         else:
-            fits = [n.node_id for n in nodes if len(free[n.node_id]) >= cfg.gpus]
-            if not fits:
+            fits = ids[free[ids] >= cfg.gpus]  # ascending node ids
+            if len(fits) == 0:
                 return None
-            nid = min(fits, key=lambda k: (len(free[k]), k) if health is None else (health[k], len(free[k]), k))
-            out[i] = tuple(free[nid][: cfg.gpus])
-            del free[nid][: cfg.gpus]
+            if healthy is None:  # the fullest node that fits, lowest index on ties
+                nid = int(fits[np.argmin(free[fits])])
+            else:
+                nid = int(fits[np.lexsort((fits, free[fits], healthy[fits]))[0]])
+            f = int(first[nid])
+            local = np.flatnonzero(~taken[f : f + int(size[nid])])[: cfg.gpus] + f
+            taken[local] = True
+            free[nid] -= cfg.gpus
+            out[i] = tuple(local.tolist())
     return out
 
 

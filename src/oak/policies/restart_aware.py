@@ -46,9 +46,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -207,6 +208,81 @@ def move_factor(
     return m
 
 
+class _Names:
+    """The job names a ledger was written for, shared by its columns: where the next round's jobs differ (one
+    arrived, one finished), each of them is looked up once for all columns."""
+
+    __slots__ = ("_last", "_pos", "names")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self._pos: dict[str, int] | None = None
+        self._last: tuple[tuple[str, ...], IntArray] | None = None
+
+    def index_of(self, names: tuple[str, ...]) -> IntArray | None:
+        """(J,) the position of each of ``names`` here (−1: none); None where they are these names."""
+        if names == self.names:
+            return None
+        if self._last is not None and self._last[0] == names:
+            return self._last[1]
+        if self._pos is None:
+            self._pos = {n: i for i, n in enumerate(self.names)}
+        pos = self._pos
+        idx = np.array([pos.get(n, -1) for n in names], dtype=np.int64)
+        self._last = (names, idx)
+        return idx
+
+
+class _Column(Mapping[str, Any]):
+    """A ledger mapping (job name → value) kept as the round's arrays: the names of the snapshot that wrote it,
+    each job's value and whether it has one. The next round reads it as an array (``_column``); a lookup by name
+    builds the dictionary once."""
+
+    __slots__ = ("_data", "_map", "_names", "_present")
+
+    def __init__(self, names: _Names, data: np.ndarray, present: np.ndarray | None = None) -> None:
+        self._names, self._data = names, data
+        self._present = np.ones(len(names.names), dtype=bool) if present is None else present
+        self._map: dict[str, Any] | None = None
+
+    def _dict(self) -> dict[str, Any]:
+        if self._map is None:
+            vals, names = self._data.tolist(), self._names.names
+            self._map = {names[i]: vals[i] for i in np.flatnonzero(self._present).tolist()}
+        return self._map
+
+    def __getitem__(self, name: str) -> Any:
+        return self._dict()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self._present))
+
+    def read(self, names: tuple[str, ...], default: float) -> tuple[FloatArray, BoolArray]:
+        """(J,) the values for the jobs ``names`` (``default`` where none) and where one is kept."""
+        idx = self._names.index_of(names)
+        if idx is None:
+            present = self._present
+            data = self._data
+        else:
+            ok = idx >= 0
+            at = np.where(ok, idx, 0)
+            present = ok & self._present[at] if len(self._present) else np.zeros(len(names), dtype=bool)
+            data = self._data[at] if len(self._data) else np.zeros(len(names))
+        return np.where(present, data, default).astype(np.float64), present
+
+
+def _column(values: Mapping[str, Any], names: tuple[str, ...], default: float) -> tuple[FloatArray, BoolArray]:
+    """(J,) each job's value in a ledger mapping, ``default`` where it has none, and whether it has one."""
+    if isinstance(values, _Column):
+        return values.read(names, default)
+    found = [values.get(n) for n in names]
+    present = np.array([v is not None for v in found], dtype=bool)
+    return np.array([default if v is None else v for v in found], dtype=np.float64), present
+
+
 @dataclass(frozen=True)
 class WaitLedger:
     """The policy's state between rounds, per job name: when the job last held GPUs (s), and until when an
@@ -228,26 +304,22 @@ def stint_starts(snap: RoundSnapshot, ledger: WaitLedger | None) -> FloatArray:
     record; 0 (its first start) for a job the ledger does not know. Read from measured counters, so a move a
     world did not make is not counted, and a failure's restart never starts a stint."""
     _, moves = starts_and_moves(snap)
-    out = np.zeros(snap.num_jobs)
     if ledger is None or not ledger.moves:
-        return out
-    for i, name in enumerate(snap.job_names):
-        before = ledger.moves.get(name)
-        if before is None:
-            continue
-        if int(moves[i]) != before:
-            out[i] = ledger.progress_s.get(name, 0.0)
-        else:
-            out[i] = ledger.stint_from_s.get(name, 0.0)
-    return out
+        return np.zeros(snap.num_jobs)
+    names = snap.job_names
+    before, known = _column(ledger.moves, names, 0.0)
+    progress, _ = _column(ledger.progress_s, names, 0.0)
+    stint_from, _ = _column(ledger.stint_from_s, names, 0.0)
+    changed = moves.astype(np.int64) != before.astype(np.int64)
+    return np.asarray(np.where(known, np.where(changed, progress, stint_from), 0.0), dtype=np.float64)
 
 
 def waiting_streak(snap: RoundSnapshot, ledger: WaitLedger | None) -> FloatArray:
     """(J,) seconds each job has waited at a stretch: since it arrived or last held GPUs; 0 while it holds GPUs."""
-    held_before = np.array(
-        [(ledger.last_held_s.get(n, -math.inf) if ledger is not None else -math.inf) for n in snap.job_names],
-        dtype=np.float64,
-    )
+    if ledger is None:
+        held_before = np.full(snap.num_jobs, -math.inf)
+    else:
+        held_before, _ = _column(ledger.last_held_s, snap.job_names, -math.inf)
     since = np.maximum(held_before, snap.time_s - snap.age_s)
     return np.where(snap.current >= 0, 0.0, np.maximum(snap.time_s - since, 0.0))
 
@@ -386,7 +458,7 @@ class RestartAwareOakPolicy(PolicyBase):
         starving = np.zeros(snap.num_jobs, dtype=bool)
         if self.guards_waiting:
             if ledger is not None:  # jobs the guard admitted keep their configuration while protected
-                until = np.array([ledger.protected_until_s.get(n, -math.inf) for n in snap.job_names])
+                until, _ = _column(ledger.protected_until_s, snap.job_names, -math.inf)
                 forced = np.where(forced >= 0, forced, kept_current(snap, until > snap.time_s))
             streak = waiting_streak(snap, ledger)
             starving = (streak >= self.max_wait_s) & snap.valid.any(axis=1)
@@ -513,25 +585,26 @@ class RestartAwareOakPolicy(PolicyBase):
     ) -> WaitLedger:
         """Who holds GPUs after this round (now), and the protection of jobs the guard admitted (active jobs only)."""
         t = snap.time_s
-        last: dict[str, float] = {}
-        until: dict[str, float] = {}
-        for i, name in enumerate(snap.job_names):
-            if choice[i] >= 0 or snap.current[i] >= 0:
-                last[name] = t
-            elif ledger is not None and name in ledger.last_held_s:
-                last[name] = ledger.last_held_s[name]
-            if choice[i] >= 0 and starving[i] and snap.current[i] < 0:
-                until[name] = t + self.guard_run_s
-            elif choice[i] >= 0 and ledger is not None and ledger.protected_until_s.get(name, -math.inf) > t:
-                until[name] = ledger.protected_until_s[name]
+        names = _Names(snap.job_names)
+        given = choice >= 0
+        holds = given | (snap.current >= 0)
+        if ledger is not None:
+            held_before, had = _column(ledger.last_held_s, snap.job_names, 0.0)
+            until_before, _ = _column(ledger.protected_until_s, snap.job_names, -math.inf)
+        else:
+            held_before, had = np.zeros(snap.num_jobs), np.zeros(snap.num_jobs, dtype=bool)
+            until_before = np.full(snap.num_jobs, -math.inf)
+        admitted = given & starving & (snap.current < 0)
+        protected = admitted | (given & (until_before > t))
+        last = _Column(names, np.where(holds, t, held_before), holds | had)
+        until = _Column(names, np.where(admitted, t + self.guard_run_s, until_before), protected)
         if stint_from is None:
-            return WaitLedger(MappingProxyType(last), MappingProxyType(until))
-        names = snap.job_names
+            return WaitLedger(last, until)
         _, moves = starts_and_moves(snap)
         return WaitLedger(
-            MappingProxyType(last),
-            MappingProxyType(until),
-            moves=MappingProxyType(dict(zip(names, moves.astype(np.int64).tolist(), strict=True))),
-            progress_s=MappingProxyType(dict(zip(names, snap.t_progress_s.tolist(), strict=True))),
-            stint_from_s=MappingProxyType(dict(zip(names, stint_from.tolist(), strict=True))),
+            last,
+            until,
+            moves=_Column(names, moves.astype(np.int64)),
+            progress_s=_Column(names, np.asarray(snap.t_progress_s, dtype=np.float64).copy()),
+            stint_from_s=_Column(names, np.asarray(stint_from, dtype=np.float64).copy()),
         )

@@ -272,3 +272,24 @@ def test_goodput_table_matches_best_batch_and_caches(catalog: Catalog) -> None:
         table.choices("unknown-app", 0)
     with pytest.raises(ValueError):
         GoodputTable(catalog, nodes, replicas[:3], types)
+
+
+@pytest.mark.parametrize("preset", ["paper-12", "sia-64", "sia-64x8"])
+def test_a_subset_of_the_table_gives_its_configurations_values_bit_for_bit(preset: str, catalog: Catalog) -> None:
+    """A simulator computes rows on its configurations' shapes only (``GoodputTable.subset``): every application's
+    goodput and progress rate there, at every epoch, equal the full table's (projected types included)."""
+    from oak.engine.model import ClusterModel
+    from oak.model.cluster import cluster_preset
+    from oak.workloads import load_workload
+
+    model = ClusterModel(load_workload("medium"), cluster_preset(preset), catalog)
+    full = model.table
+    cols = model.config_shape
+    part = full.subset(cols)
+    assert part.size == len(cols) < full.size
+    for app, profile in catalog.apps.items():
+        for epoch in sorted({0, 1, profile.max_epochs // 2, profile.max_epochs - 1}):
+            want, got = full.choices(app, epoch), part.choices(app, epoch)
+            assert np.array_equal(want.goodput[cols], got.goodput), (app, epoch)
+            assert np.array_equal(want.progress_rate[cols], got.progress_rate), (app, epoch)
+            assert np.array_equal(want.batch[cols], got.batch), (app, epoch)

@@ -168,8 +168,8 @@ class ClusterModel:
         """The policy's view of the active jobs at time t."""
         e = self.tables.epochs(active, st.progress[active])
         st.epoch[active] = e
-        rows = self.tables.rows(active, e)
         full = st.beliefs is not None or needs_node_goodput
+        rows = self.tables.rows(active, e, full=full)
         if full:  # every shape: (J, S) raw goodput and progress rate
             shape_goodput = self.tables.goodput[rows]
             shape_rate = self.tables.rate[rows]

@@ -43,16 +43,25 @@ class JobTables:
         self._row_app = np.repeat(np.arange(len(self._profiles)), epochs)
         self._row_epoch = np.arange(rows) - np.repeat(self._offset, epochs)
         self._columns: IntArray = np.arange(table.size)
+        self._col_of: IntArray = self._columns
+        self._col_table: GoodputTable | None = None  # until use_columns
+        self._filled_cols = self._filled
         #: :attr:`goodput` and :attr:`rate` on the shapes of :meth:`use_columns` only (all shapes until it is called)
         self.goodput_cols: FloatArray = self.goodput
         self.rate_cols: FloatArray = self.rate
 
     def use_columns(self, columns: IntArray) -> None:
         """Also keep :attr:`goodput_cols` / :attr:`rate_cols`: the tables on these shapes only (a round reads the
-        shapes of the cluster's configurations, a few dozen of thousands)."""
+        shapes of the cluster's configurations, a few dozen of thousands). Their rows are computed on these shapes
+        alone (``GoodputTable.subset``: the same values); a row of the full tables is computed where one is read
+        (``rows(full=True)``, ``rate_at`` on another shape)."""
         self._columns = np.asarray(columns, dtype=np.int64)
+        self._col_of = np.full(self._table.size, -1, dtype=np.int64)
+        self._col_of[self._columns] = np.arange(len(self._columns))
+        self._col_table = self._table.subset(self._columns)
         self.goodput_cols = self.goodput[:, self._columns]
         self.rate_cols = self.rate[:, self._columns]
+        self._filled_cols = self._filled.copy()
 
     def epochs(self, idx: IntArray, progress: FloatArray) -> IntArray:
         """Completed epochs of jobs ``idx`` at ``progress`` (their progress values, aligned with idx), clipped
@@ -65,17 +74,40 @@ class JobTables:
             out[m] = np.minimum(done, self._epochs[a] - 1)
         return out
 
-    def rows(self, idx: IntArray, epochs: IntArray) -> IntArray:
-        """Row of each job's (application, epoch) in :attr:`goodput` / :attr:`rate`, filling missing rows."""
+    def rows(self, idx: IntArray, epochs: IntArray, full: bool = False) -> IntArray:
+        """Row of each job's (application, epoch) in :attr:`goodput_cols` / :attr:`rate_cols` — and, with ``full``,
+        in :attr:`goodput` / :attr:`rate` — filling missing rows."""
         rows = self._offset[self.job_app[idx]] + epochs
-        missing = rows[~self._filled[rows]]
-        if len(missing):
+        if full or self._col_table is None:
+            self._fill(rows)
+        else:
+            missing = rows[~self._filled_cols[rows]]
             for r in np.unique(missing).tolist():
-                ch = self._table.choices(self._profiles[self._row_app[r]].name, int(self._row_epoch[r]))
-                self.goodput[r] = ch.goodput
-                self.rate[r] = ch.progress_rate
-                if self.goodput_cols is not self.goodput:
-                    self.goodput_cols[r] = self.goodput[r, self._columns]
-                    self.rate_cols[r] = self.rate[r, self._columns]
-                self._filled[r] = True
+                ch = self._col_table.choices(self._profiles[self._row_app[r]].name, int(self._row_epoch[r]))
+                self.goodput_cols[r] = ch.goodput
+                self.rate_cols[r] = ch.progress_rate
+                self._filled_cols[r] = True
         return rows
+
+    def rate_at(self, rows: IntArray, shapes: IntArray) -> FloatArray:
+        """Progress rate of each row (from ``rows``) on the shape beside it: from the columns where every shape is
+        one, else from the full rows."""
+        if self._col_table is not None:
+            cols = self._col_of[shapes]
+            if bool((cols >= 0).all()):
+                return np.asarray(self.rate_cols[rows, cols])
+        self._fill(rows)
+        return np.asarray(self.rate[rows, shapes])
+
+    def _fill(self, rows: IntArray) -> None:
+        """Compute the full rows ``rows`` not yet computed (and their columns)."""
+        missing = rows[~self._filled[rows]]
+        for r in np.unique(missing).tolist():
+            ch = self._table.choices(self._profiles[self._row_app[r]].name, int(self._row_epoch[r]))
+            self.goodput[r] = ch.goodput
+            self.rate[r] = ch.progress_rate
+            if self._col_table is not None:
+                self.goodput_cols[r] = self.goodput[r, self._columns]
+                self.rate_cols[r] = self.rate[r, self._columns]
+                self._filled_cols[r] = True
+            self._filled[r] = True

@@ -103,6 +103,23 @@ class GoodputTable:
         self._projections: dict[tuple[str, str], Projection | None] = {}
         self._x1: dict[tuple[str, str], float] = {}
         self._grids: dict[tuple[str, str], BatchGrid] = {}
+        self._parent: GoodputTable | None = None
+
+    def subset(self, columns: npt.ArrayLike) -> GoodputTable:
+        """This table on configurations ``columns`` only (in that order): the same values there, bit for bit, since
+        each configuration's best batch is found on its own and projections are this table's; none of the other
+        configurations' work is done (a simulator's rounds read a few dozen of a cluster's thousands of shapes)."""
+        cols = np.asarray(columns, dtype=np.int64).reshape(-1)
+        out = GoodputTable(
+            self._catalog,
+            self._nodes[cols],
+            self._replicas[cols],
+            [self._gpu_types[c] for c in cols.tolist()],
+            gpus_per_node=self._per_node,
+            project=self._project,
+        )
+        out._parent = self
+        return out
 
     def _grid(
         self, app: str, gpu_type: str, params: Any, m0: float, m_max: float, b_min: float, b_max: float, n: Any, r: Any
@@ -158,6 +175,8 @@ class GoodputTable:
     def projection(self, app: str, gpu_type: str) -> Projection | None:
         """How ``app``'s goodput on ``gpu_type`` is projected, or None (fitted there, unknown app, projection
         off, or no source type with a reference application)."""
+        if self._parent is not None:  # a subset projects as its table does (the same source type, ratio and R_B)
+            return self._parent.projection(app, gpu_type)
         key = (app, gpu_type)
         if key in self._projections:
             return self._projections[key]

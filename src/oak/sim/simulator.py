@@ -600,7 +600,7 @@ class Simulator:
         if record_epoch:
             st.epoch[idx] = e
         rows = self.model.tables.rows(idx, e)
-        return np.asarray(self.model.tables.rate[rows, st.shape[idx]] / self.model.calibration[idx])
+        return np.asarray(self.model.tables.rate_at(rows, st.shape[idx]) / self.model.calibration[idx])
 
     def _take_credit(self, st: JobsState, idx: np.ndarray) -> None:
         """Jobs ``idx`` end their (re)start's delay: the steps they took during it, at the rate of their shape."""

@@ -31,7 +31,7 @@ from oak.solve.assignment import (
 )
 from oak.solve.core import solve_core
 from oak.solve.instances import random_instance
-from oak.solve.lagrangian import build_hulls, minimise_dual, solve_lagrangian
+from oak.solve.lagrangian import _grouped_points, build_hulls, minimise_dual, solve_lagrangian
 from oak.workloads import load_workload
 
 
@@ -41,6 +41,35 @@ from oak.workloads import load_workload
        jobs=st.integers(1, 300))  # fmt: skip
 def test_compiled_hulls_equal_numpy_hulls_bit_for_bit(seed: int, gpus: int, types: int, jobs: int) -> None:
     problem = snapped(random_instance(np.random.default_rng(seed), gpus, types, jobs))
+    a = build_hulls(problem, engine="numpy")
+    b = build_hulls(problem, engine="numba")
+    for name in ("gpus", "value", "config", "dw", "slope"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.shape == y.shape and x.dtype == y.dtype, name
+        assert np.array_equal(x, y, equal_nan=True), name
+
+
+@pytest.mark.portable
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), types=st.integers(1, 3), jobs=st.integers(1, 120))
+def test_compiled_hulls_equal_numpy_hulls_where_node_shapes_share_a_gpu_count(seed: int, types: int, jobs: int) -> None:
+    """Configurations of one type with the same GPU count (other node shapes) stand for that count by the most
+    valuable of them, per job: the compiled pass picks the same configuration per hull point as NumPy."""
+    rng = np.random.default_rng(seed)
+    base = random_instance(rng, 256, types, jobs)
+    twin = rng.choice(len(base.gpus), size=max(1, len(base.gpus) // 2), replace=False)  # another shape, same count
+    value = np.concatenate([base.value, base.value[:, twin] + rng.normal(0.0, 0.05, (jobs, len(twin)))], axis=1)
+    valid = np.concatenate([base.valid, rng.random((jobs, len(twin))) < 0.9], axis=1)
+    problem = snapped(
+        dataclasses.replace(
+            base,
+            value=value,
+            valid=valid,
+            gpus=np.concatenate([base.gpus, base.gpus[twin]]),
+            gpu_type=np.concatenate([base.gpu_type, base.gpu_type[twin]]),
+        )
+    )
+    assert _grouped_points(problem)[2].ndim == 3  # per-job configurations: the path under test
     a = build_hulls(problem, engine="numpy")
     b = build_hulls(problem, engine="numba")
     for name in ("gpus", "value", "config", "dw", "slope"):

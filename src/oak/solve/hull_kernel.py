@@ -46,3 +46,47 @@ def hull_stacks(
             stack[n, r] = k
         top[r] = n
     return stack, top
+
+
+@numba.njit(cache=True)  # type: ignore[untyped-decorator]
+def hull_arrays(
+    v_all: np.ndarray, pw: np.ndarray, pc_rows: np.ndarray, row_type: np.ndarray, n_types: int, n_jobs: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """All of :func:`oak.solve.lagrangian.build_hulls` after the points are grouped, in one pass: which points
+    rise above all to their left (NumPy's running maximum, NaN included), the chain (:func:`hull_stacks`), and
+    the hulls per type — values, GPUs, configurations (``pc_rows`` (K, R): each point's), steps and slopes, each
+    row padded with its last point — as ``build_hulls`` gathers them: the same values bit for bit."""
+    k_max, n_rows = v_all.shape
+    rising = np.zeros((k_max, n_rows), dtype=np.bool_)
+    for r in range(n_rows):
+        m = v_all[0, r]
+        for k in range(1, k_max):
+            x = v_all[k, r]
+            rising[k, r] = x > m
+            if m == m and (x != x or x > m):  # np.maximum: a NaN on either side wins
+                m = x
+    stack, top = hull_stacks(v_all, pw, row_type, rising)
+    h = 1
+    for r in range(n_rows):
+        if top[r] + 1 > h:
+            h = top[r] + 1
+    hv = np.empty((n_types, h, n_jobs))
+    hw = np.empty((n_types, h, n_jobs))
+    hc = np.empty((n_types, h, n_jobs), dtype=np.int64)
+    for r in range(n_rows):
+        t = row_type[r]
+        i = r - t * n_jobs
+        for p in range(h):
+            q = stack[p, r] if p <= top[r] else stack[top[r], r]
+            hv[t, p, i] = v_all[q, r]
+            hw[t, p, i] = pw[q, t]
+            hc[t, p, i] = pc_rows[q, r]
+    dw = np.empty((n_types, h - 1, n_jobs))
+    slope = np.empty((n_types, h - 1, n_jobs))
+    for t in range(n_types):
+        for p in range(h - 1):
+            for i in range(n_jobs):
+                d = hw[t, p + 1, i] - hw[t, p, i]
+                dw[t, p, i] = d
+                slope[t, p, i] = (hv[t, p + 1, i] - hv[t, p, i]) / d if d > 0 else -np.inf
+    return hv, hw, hc, dw, slope

@@ -155,8 +155,8 @@ def build_hulls(problem: AssignmentProblem, engine: str = "auto") -> Hulls:
     Points not above every point to their left are dropped first; the rest go through Andrew's monotone chain,
     vectorised across all (type, job) rows: each point in turn pops from its row's stack the points that are not
     strictly above the chord from the point beneath them to it, then is pushed. ``engine``: ``numpy`` (the
-    vectorised loop), ``numba`` (the same chain compiled, :mod:`oak.solve.hull_kernel`; the same hulls bit for
-    bit) or ``auto``: numba when the rows hold more than ``KERNEL_MIN_POINTS`` points or the kernel is loaded
+    vectorised loop), ``numba`` (the rise, the chain and the gathering compiled as one pass,
+    :func:`oak.solve.hull_kernel.hull_arrays`; the same hulls bit for bit) or ``auto``: numba when the rows hold more than ``KERNEL_MIN_POINTS`` points or the kernel is loaded
     (:func:`oak.solve.assignment.kernel_loaded`)."""
     n_jobs = problem.num_jobs
     n_types = len(problem.capacity)
@@ -165,14 +165,22 @@ def build_hulls(problem: AssignmentProblem, engine: str = "auto") -> Hulls:
     n_rows = n_types * n_jobs
     v_all = pv.reshape(k_max, n_rows)
     row_type = np.repeat(np.arange(n_types), n_jobs)  # row r = t·J + i
+    if engine == "numba" or (engine == "auto" and (k_max * n_rows > KERNEL_MIN_POINTS or kernel_loaded("hull_kernel"))):
+        from oak.solve.hull_kernel import hull_arrays
+
+        pc_rows = pc[:, row_type] if pc.ndim == 2 else pc.reshape(k_max, n_rows)
+        hv, hw, hc, dw, slope = hull_arrays(
+            np.ascontiguousarray(v_all),
+            np.ascontiguousarray(pw),
+            np.ascontiguousarray(pc_rows),
+            row_type,
+            n_types,
+            n_jobs,
+        )
+        return Hulls(gpus=hw, value=hv, config=hc, dw=dw, slope=slope)
     rising = np.zeros(v_all.shape, dtype=bool)
     rising[1:] = v_all[1:] > np.maximum.accumulate(v_all, axis=0)[:-1]
-    if engine == "numba" or (engine == "auto" and (k_max * n_rows > KERNEL_MIN_POINTS or kernel_loaded("hull_kernel"))):
-        from oak.solve.hull_kernel import hull_stacks
-
-        stack, top = hull_stacks(v_all, np.ascontiguousarray(pw), row_type, rising)
-    else:
-        stack, top = _hull_stacks_numpy(v_all, pw, row_type, rising)
+    stack, top = _hull_stacks_numpy(v_all, pw, row_type, rising)
     h = int(top.max(initial=0)) + 1
     cols = np.arange(n_rows)
     pick = np.where(np.arange(h)[:, None] <= top[None, :], stack[:h], stack[top, cols][None, :])

@@ -209,7 +209,9 @@ class ClusterModel:
         if counts.any():  # one scatter for all jobs' GPUs: GPUs held per (job, node)
             owners = np.repeat(np.arange(len(holding)), counts)
             gpu_ids = np.fromiter(itertools.chain.from_iterable(holding), dtype=np.int64, count=int(counts.sum()))
-            np.add.at(held, (owners, self.gpu_node[gpu_ids]), 1)
+            n_nodes = held.shape[1]
+            cells = np.bincount(owners * n_nodes + self.gpu_node[gpu_ids], minlength=held.size)
+            held = cells.astype(np.int64).reshape(held.shape)
         capacity, node_gpus = self.capacity, self.node_gpus
         if st.node_down.any():  # nodes under repair hold no GPUs this round
             node_gpus = frozen_array(np.where(st.node_down, 0, self.node_gpus), np.int64)
@@ -349,17 +351,16 @@ class ClusterModel:
                 f"policy {name!r} at t={t:g} s: {int(used[k])} GPUs of type {snap.gpu_types[k]!r} allocated, "
                 f"{int(snap.capacity[k])} available"
             )
-        new_cfgs = [self.configs[c] if c >= 0 else None for c in choice]
-        old_cfgs = [self.configs[st.config[i]] if st.config[i] >= 0 else None for i in active]
+        configs = self.configs
+        new_cfgs = [configs[c] if c >= 0 else None for c in choice.tolist()]
+        old_cfgs = [configs[c] if c >= 0 else None for c in st.config[active].tolist()]
         down = frozenset(np.flatnonzero(st.node_down).tolist())
         health = st.node_failures.tolist() if avoid_failing and st.node_failures.any() else None
         risk = None
         if health is not None and st.work_at_risk.shape == st.done.shape:  # the most at risk on the healthiest
-            risk = [
-                float(st.work_at_risk[i]) * (c.gpus if c is not None else 0)
-                for i, c in zip(active, new_cfgs, strict=True)
-            ]
-        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active], old_cfgs, down, health, risk)
+            gpus = np.where(choice >= 0, self.config_gpus[np.maximum(choice, 0)], 0)
+            risk = (st.work_at_risk[active] * gpus).tolist()
+        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active.tolist()], old_cfgs, down, health, risk)
         shapes = np.where(choice >= 0, self.config_shape[np.maximum(choice, 0)], -1)
         return shapes, placed
 

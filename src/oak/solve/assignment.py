@@ -260,8 +260,10 @@ def canonical_twins(problem: AssignmentProblem, choice: IntArray) -> IntArray:
     _, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
     out = choice.copy()
     inverse = inverse.ravel()
+    by_group = maybe[np.argsort(inverse, kind="stable")]  # each group's jobs together, in ascending job index
+    ends = np.cumsum(counts)
     for g in np.flatnonzero(counts > 1).tolist():
-        members = maybe[inverse == g]  # ascending job index
+        members = by_group[ends[g] - counts[g] : ends[g]]
         chosen = out[members]
         worth = np.where(chosen >= 0, problem.value[members[0], np.maximum(chosen, 0)], 0.0)
         out[members] = chosen[np.lexsort((chosen, -worth))]

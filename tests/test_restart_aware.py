@@ -557,3 +557,35 @@ def test_a_replayed_command_job_is_of_unknown_length_until_it_has_measured_steps
     assert seen[first][1] and first > 0  # it ran before its length counted, and counts from the next round
     assert all(not held or restoring for _, held, restoring in seen[:first])  # not before it made progress
     assert all(known for known, _, _ in seen[first:])
+
+
+@pytest.mark.parametrize("max_wait_s", [86_400.0, 900.0])
+def test_the_ledger_as_arrays_and_as_dictionaries_gives_the_same_runs(
+    max_wait_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large rounds keep the ledger as arrays, small ones as dictionaries (``ARRAY_LEDGER_MIN_JOBS``): forcing
+    either on a whole run (with the waiting guard idle, and with it admitting and protecting jobs) gives the
+    same job completion times and the same final ledger."""
+    import oak.policies.restart_aware as ra
+    from oak.model.cluster import cluster_preset
+    from oak.sim.simulator import Simulator
+    from oak.workloads import load_workload
+
+    sim = Simulator(load_workload("medium"), cluster_preset("paper-12"))
+    runs = []
+    for threshold in (0, 10**9):
+        monkeypatch.setattr(ra, "ARRAY_LEDGER_MIN_JOBS", threshold)
+        states: list[object] = []
+
+        def keep(snap: object, alloc: Allocation, placed: object, states: list[object] = states) -> None:
+            states.append(alloc.state)
+
+        res = sim.run(RestartAwareOakPolicy(max_wait_s=max_wait_s), 0.1, 1, on_round=keep)
+        runs.append(([j.jct_s for j in res.jobs], states))
+    (jct_a, states_a), (jct_b, states_b) = runs
+    assert jct_a == jct_b
+    assert len(states_a) == len(states_b) > 100
+    assert all(a == b for a, b in zip(states_a, states_b, strict=True))
+    assert type(states_a[-1].moves).__name__ == "_Column" and type(states_b[-1].moves).__name__ == "mappingproxy"
+    if max_wait_s < 3_600:  # the guard admitted and protected jobs: both forms carried protections
+        assert any(len(s.protected_until_s) for s in states_a)

@@ -208,6 +208,11 @@ def move_factor(
     return m
 
 
+#: from this many jobs a round's ledger is kept as arrays (``_Column``); below it as dictionaries, which cost less at
+#: the paper's dozen jobs (the same values either way: tests/test_restart_aware.py runs both)
+ARRAY_LEDGER_MIN_JOBS = 64
+
+
 class _Names:
     """The job names a ledger was written for, shared by its columns: where the next round's jobs differ (one
     arrived, one finished), each of them is looked up once for all columns."""
@@ -283,6 +288,13 @@ def _column(values: Mapping[str, Any], names: tuple[str, ...], default: float) -
     return np.array([default if v is None else v for v in found], dtype=np.float64), present
 
 
+def _values(values: Mapping[str, Any], names: tuple[str, ...], default: float) -> FloatArray:
+    """(J,) each job's value in a ledger mapping, ``default`` where it has none (``_column`` without where)."""
+    if isinstance(values, _Column):
+        return values.read(names, default)[0]
+    return np.array([values.get(n, default) for n in names], dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class WaitLedger:
     """The policy's state between rounds, per job name: when the job last held GPUs (s), and until when an
@@ -307,9 +319,20 @@ def stint_starts(snap: RoundSnapshot, ledger: WaitLedger | None) -> FloatArray:
     if ledger is None or not ledger.moves:
         return np.zeros(snap.num_jobs)
     names = snap.job_names
+    if not isinstance(ledger.moves, _Column):  # dictionaries: one lookup per job
+        out = np.zeros(snap.num_jobs)
+        for i, name in enumerate(names):
+            was = ledger.moves.get(name)
+            if was is None:
+                continue
+            if int(moves[i]) != was:
+                out[i] = ledger.progress_s.get(name, 0.0)
+            else:
+                out[i] = ledger.stint_from_s.get(name, 0.0)
+        return out
     before, known = _column(ledger.moves, names, 0.0)
-    progress, _ = _column(ledger.progress_s, names, 0.0)
-    stint_from, _ = _column(ledger.stint_from_s, names, 0.0)
+    progress = _values(ledger.progress_s, names, 0.0)
+    stint_from = _values(ledger.stint_from_s, names, 0.0)
     changed = moves.astype(np.int64) != before.astype(np.int64)
     return np.asarray(np.where(known, np.where(changed, progress, stint_from), 0.0), dtype=np.float64)
 
@@ -319,7 +342,7 @@ def waiting_streak(snap: RoundSnapshot, ledger: WaitLedger | None) -> FloatArray
     if ledger is None:
         held_before = np.full(snap.num_jobs, -math.inf)
     else:
-        held_before, _ = _column(ledger.last_held_s, snap.job_names, -math.inf)
+        held_before = _values(ledger.last_held_s, snap.job_names, -math.inf)
     since = np.maximum(held_before, snap.time_s - snap.age_s)
     return np.where(snap.current >= 0, 0.0, np.maximum(snap.time_s - since, 0.0))
 
@@ -458,7 +481,7 @@ class RestartAwareOakPolicy(PolicyBase):
         starving = np.zeros(snap.num_jobs, dtype=bool)
         if self.guards_waiting:
             if ledger is not None:  # jobs the guard admitted keep their configuration while protected
-                until, _ = _column(ledger.protected_until_s, snap.job_names, -math.inf)
+                until = _values(ledger.protected_until_s, snap.job_names, -math.inf)
                 forced = np.where(forced >= 0, forced, kept_current(snap, until > snap.time_s))
             streak = waiting_streak(snap, ledger)
             starving = (streak >= self.max_wait_s) & snap.valid.any(axis=1)
@@ -585,12 +608,14 @@ class RestartAwareOakPolicy(PolicyBase):
     ) -> WaitLedger:
         """Who holds GPUs after this round (now), and the protection of jobs the guard admitted (active jobs only)."""
         t = snap.time_s
+        if snap.num_jobs < ARRAY_LEDGER_MIN_JOBS:
+            return self._next_ledger_dicts(snap, ledger, choice, starving, stint_from)
         names = _Names(snap.job_names)
         given = choice >= 0
         holds = given | (snap.current >= 0)
         if ledger is not None:
             held_before, had = _column(ledger.last_held_s, snap.job_names, 0.0)
-            until_before, _ = _column(ledger.protected_until_s, snap.job_names, -math.inf)
+            until_before = _values(ledger.protected_until_s, snap.job_names, -math.inf)
         else:
             held_before, had = np.zeros(snap.num_jobs), np.zeros(snap.num_jobs, dtype=bool)
             until_before = np.full(snap.num_jobs, -math.inf)
@@ -607,4 +632,37 @@ class RestartAwareOakPolicy(PolicyBase):
             moves=_Column(names, moves.astype(np.int64)),
             progress_s=_Column(names, np.asarray(snap.t_progress_s, dtype=np.float64).copy()),
             stint_from_s=_Column(names, np.asarray(stint_from, dtype=np.float64).copy()),
+        )
+
+    def _next_ledger_dicts(
+        self,
+        snap: RoundSnapshot,
+        ledger: WaitLedger | None,
+        choice: IntArray,
+        starving: BoolArray,
+        stint_from: FloatArray | None = None,
+    ) -> WaitLedger:
+        """``_next_ledger`` as dictionaries, one job at a time (small rounds)."""
+        t = snap.time_s
+        last: dict[str, float] = {}
+        until: dict[str, float] = {}
+        for i, name in enumerate(snap.job_names):
+            if choice[i] >= 0 or snap.current[i] >= 0:
+                last[name] = t
+            elif ledger is not None and name in ledger.last_held_s:
+                last[name] = ledger.last_held_s[name]
+            if choice[i] >= 0 and starving[i] and snap.current[i] < 0:
+                until[name] = t + self.guard_run_s
+            elif choice[i] >= 0 and ledger is not None and ledger.protected_until_s.get(name, -math.inf) > t:
+                until[name] = ledger.protected_until_s[name]
+        if stint_from is None:
+            return WaitLedger(MappingProxyType(last), MappingProxyType(until))
+        names = snap.job_names
+        _, moves = starts_and_moves(snap)
+        return WaitLedger(
+            MappingProxyType(last),
+            MappingProxyType(until),
+            moves=MappingProxyType(dict(zip(names, moves.astype(np.int64).tolist(), strict=True))),
+            progress_s=MappingProxyType(dict(zip(names, snap.t_progress_s.tolist(), strict=True))),
+            stint_from_s=MappingProxyType(dict(zip(names, stint_from.tolist(), strict=True))),
         )

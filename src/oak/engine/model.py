@@ -27,6 +27,7 @@ from oak.model.snapshot import (
     frozen_array,
     kept_current,
     kept_while_restoring,
+    sealed,
 )
 from oak.placement import place, place_replicas
 from oak.placement.placer import GpuSet
@@ -211,7 +212,7 @@ class ClusterModel:
             gpu_ids = np.fromiter(itertools.chain.from_iterable(holding), dtype=np.int64, count=int(counts.sum()))
             n_nodes = held.shape[1]
             cells = np.bincount(owners * n_nodes + self.gpu_node[gpu_ids], minlength=held.size)
-            held = cells.astype(np.int64).reshape(held.shape)
+            held = cells.astype(np.int64, copy=False).reshape(held.shape)
         capacity, node_gpus = self.capacity, self.node_gpus
         if st.node_down.any():  # nodes under repair hold no GPUs this round
             node_gpus = frozen_array(np.where(st.node_down, 0, self.node_gpus), np.int64)
@@ -227,35 +228,35 @@ class ClusterModel:
             capacity=capacity,
             job_names=tuple(self.names[active].tolist()),
             applications=tuple(self.app_names[active].tolist()),
-            goodput=frozen_array(good, np.float64),
-            valid=frozen_array(valid, bool),
-            t_progress_s=frozen_array(st.t_progress[active], np.float64),
-            t_ckpt_s=frozen_array(st.t_ckpt[active], np.float64),
-            t_queue_s=frozen_array(st.t_queue[active], np.float64),
-            age_s=frozen_array(t - st.submit[active], np.float64),
-            restarts=frozen_array(st.restarts[active], np.int64),
-            failures=frozen_array(st.failures[active], np.int64),
-            current=frozen_array(st.config[active], np.int64),
-            restoring=frozen_array((st.shape[active] >= 0) & (st.restore_left[active] > 0), bool),
-            restart_penalty_s=frozen_array(self.penalty[active], np.float64),
-            attained_gpu_s=frozen_array(st.gpu_s[active], np.float64),
-            min_gpus=frozen_array(self.min_gpus[active], np.int64),
-            max_gpus=frozen_array(max_gpus, np.int64),
-            requested_gpus=frozen_array(self.requested[active], np.int64),
-            progress_rate=frozen_array(np.where(valid, rate, 0.0), np.float64),
-            remaining_work=frozen_array(self.total[active] - st.progress[active], np.float64),
-            total_work=frozen_array(self.total[active], np.float64),
+            goodput=sealed(good, np.float64),
+            valid=sealed(valid, bool),
+            t_progress_s=sealed(st.t_progress[active], np.float64),
+            t_ckpt_s=sealed(st.t_ckpt[active], np.float64),
+            t_queue_s=sealed(st.t_queue[active], np.float64),
+            age_s=sealed(t - st.submit[active], np.float64),
+            restarts=sealed(st.restarts[active], np.int64),
+            failures=sealed(st.failures[active], np.int64),
+            current=sealed(st.config[active], np.int64),
+            restoring=sealed((st.shape[active] >= 0) & (st.restore_left[active] > 0), bool),
+            restart_penalty_s=sealed(self.penalty[active], np.float64),
+            attained_gpu_s=sealed(st.gpu_s[active], np.float64),
+            min_gpus=sealed(self.min_gpus[active], np.int64),
+            max_gpus=sealed(max_gpus, np.int64),
+            requested_gpus=sealed(self.requested[active], np.int64),
+            progress_rate=sealed(np.where(valid, rate, 0.0), np.float64),
+            remaining_work=sealed(self.total[active] - st.progress[active], np.float64),
+            total_work=sealed(self.total[active], np.float64),
             node_type=self.node_type,
             node_gpus=node_gpus,
-            current_replicas=frozen_array(held, np.int64),
-            node_goodput=None if node_goodput is None else frozen_array(node_goodput, np.float64),
+            current_replicas=sealed(held, np.int64),
+            node_goodput=None if node_goodput is None else sealed(node_goodput, np.float64),
             policy_state=st.policy_state,
             solver_prices=st.solver_prices,
             work_known=self._work_known(st, active),
             failure_restarts=self.physics.failure_restarts,
             failure_overhead=None
             if st.failure_overhead is None
-            else frozen_array(np.where(valid, st.failure_overhead[active], 0.0), np.float64),
+            else sealed(np.where(valid, st.failure_overhead[active], 0.0), np.float64),
         )
         if never is not None and never.any():
             snap = dataclasses.replace(snap, tie_config=self._tie_configs(snap, never))

@@ -27,6 +27,14 @@ def frozen_array(a: npt.ArrayLike, dtype: Any) -> Any:
     return out
 
 
+def sealed(a: npt.NDArray[Any], dtype: Any) -> Any:
+    """``a`` itself made read-only (converted only where its dtype differs): for an array just computed that nothing
+    else holds — a fancy-indexed gather, an arithmetic result — where ``frozen_array`` would copy it again."""
+    out = np.asarray(a, dtype=dtype)
+    out.setflags(write=False)
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class RoundSnapshot:
     """Everything a policy may look at in one scheduling round.

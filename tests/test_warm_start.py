@@ -31,7 +31,7 @@ from oak.solve.assignment import (
 )
 from oak.solve.core import solve_core
 from oak.solve.instances import random_instance
-from oak.solve.lagrangian import _grouped_points, build_hulls, minimise_dual, solve_lagrangian
+from oak.solve.lagrangian import _grouped_points, build_hulls, improve, minimise_dual, solve_lagrangian
 from oak.workloads import load_workload
 
 
@@ -76,6 +76,39 @@ def test_compiled_hulls_equal_numpy_hulls_where_node_shapes_share_a_gpu_count(se
         x, y = getattr(a, name), getattr(b, name)
         assert x.shape == y.shape and x.dtype == y.dtype, name
         assert np.array_equal(x, y, equal_nan=True), name
+
+
+def _random_feasible(problem: AssignmentProblem, rng: np.random.Generator) -> np.ndarray:
+    """Jobs in random order take a random valid configuration while it fits (else none)."""
+    free = problem.capacity.astype(np.int64).copy()
+    out = np.full(problem.num_jobs, -1, dtype=np.int64)
+    for i in rng.permutation(problem.num_jobs).tolist():
+        opts = np.flatnonzero(problem.valid[i])
+        if len(opts) == 0 or rng.random() < 0.2:
+            continue
+        j = int(rng.choice(opts))
+        if problem.gpus[j] <= free[problem.gpu_type[j]]:
+            out[i] = j
+            free[problem.gpu_type[j]] -= problem.gpus[j]
+    return out
+
+
+@pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), gpus=st.sampled_from([48, 256, 1024]), types=st.integers(1, 4),
+       jobs=st.integers(1, 300), start=st.sampled_from(["random", "lagrangian"]))  # fmt: skip
+def test_compiled_local_search_equals_numpy_bit_for_bit(
+    seed: int, gpus: int, types: int, jobs: int, start: str
+) -> None:
+    """``improve``'s compiled search makes the same moves as the NumPy one: from a random feasible allocation
+    (many single moves and pairs) and from the price search's own allocation with its prices and bound."""
+    rng = np.random.default_rng(seed)
+    problem = snapped(random_instance(rng, gpus, types, jobs))
+    res = solve_lagrangian(problem, polish=False)
+    first = _random_feasible(problem, rng) if start == "random" else res.choice
+    a = improve(problem, first, res.prices, res.bound, engine="numpy")
+    b = improve(problem, first, res.prices, res.bound, engine="numba")
+    assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
 @pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off

@@ -524,7 +524,12 @@ def repair(problem: AssignmentProblem, hulls: Hulls, choice: IntArray) -> IntArr
 
 
 def improve(
-    problem: AssignmentProblem, choice: IntArray, prices: FloatArray, bound: float, max_moves: int = MAX_MOVES
+    problem: AssignmentProblem,
+    choice: IntArray,
+    prices: FloatArray,
+    bound: float,
+    max_moves: int = MAX_MOVES,
+    engine: str = "auto",
 ) -> IntArray:
     """Local search from a feasible ``choice`` until no improving move is left (or after ``max_moves`` rounds).
 
@@ -536,6 +541,9 @@ def improve(
     λ_t·extra GPUs, so that leftover GPUs go where the LP would put them; applied in batches, see
     ``_batch_singles``); when none is left, a pair: one job gives GPUs of a type back (downgrade, drop or switch
     away) so that another fits an option needing more than is free.
+
+    ``engine``: ``numpy`` (below), ``numba`` (the same search compiled, :mod:`oak.solve.improve_kernel`: the same
+    allocation bit for bit) or ``auto``: numba above ``KERNEL_MIN_POINTS`` options or once the kernel is loaded.
     """
     choice = choice.copy()
     n_jobs = len(choice)
@@ -544,6 +552,25 @@ def improve(
     gpus = problem.gpus.astype(np.int64)
     gtype = problem.gpu_type.astype(np.int64)
     n_types = len(problem.capacity)
+    if engine == "numba" or (
+        engine == "auto" and (problem.value.size > KERNEL_MIN_POINTS or kernel_loaded("improve_kernel"))
+    ):
+        from oak.solve.improve_kernel import improve_kernel
+
+        free0 = (problem.capacity - _usage(problem, choice)).astype(np.int64)
+        out = improve_kernel(
+            np.ascontiguousarray(problem.value, dtype=np.float64),
+            np.ascontiguousarray(problem.valid, dtype=np.bool_),
+            gpus,
+            gtype,
+            n_types,
+            np.asarray(prices, dtype=np.float64),
+            float(bound),
+            choice.astype(np.int64),
+            free0,
+            int(max_moves),
+        )
+        return np.asarray(out, dtype=np.int64)
     red = np.where(problem.valid, problem.value - prices[gtype][None, :] * gpus[None, :], -np.inf)
     best = np.maximum(red.max(axis=1), 0.0)
     has = choice >= 0

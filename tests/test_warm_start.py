@@ -228,6 +228,48 @@ def test_twins_share_their_options_one_way() -> None:
     assert value[rows, out[rows]].sum() == pytest.approx(value[rows_in, choice[rows_in]].sum(), rel=1e-15)
 
 
+def _twins_by_sorting_all_rows(problem: AssignmentProblem, choice: np.ndarray) -> np.ndarray:
+    """canonical_twins as first written: every job whose fingerprint collides, grouped by one sort of their rows."""
+    n_jobs, n_cfg = problem.value.shape
+    fingerprint = np.where(problem.valid, problem.value, 0.0).sum(axis=1) + problem.valid.sum(axis=1)
+    order = np.argsort(fingerprint, kind="stable")
+    same = fingerprint[order[1:]] == fingerprint[order[:-1]]
+    if n_jobs < 2 or not same.any():
+        return choice
+    maybe = np.unique(np.concatenate([order[1:][same], order[:-1][same]]))
+    key = np.ascontiguousarray(np.where(problem.valid[maybe], problem.value[maybe], np.nan))
+    rows = key.view(np.dtype((np.void, key.dtype.itemsize * n_cfg))).ravel()
+    _, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
+    out = choice.copy()
+    for g in np.flatnonzero(counts > 1).tolist():
+        members = maybe[inverse.ravel() == g]
+        chosen = out[members]
+        worth = np.where(chosen >= 0, problem.value[members[0], np.maximum(chosen, 0)], 0.0)
+        out[members] = chosen[np.lexsort((chosen, -worth))]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_twins_are_grouped_as_by_sorting_every_row(seed: int) -> None:
+    """Twin groups found per run of equal fingerprints equal those of one sort over all candidate rows: many
+    twins, several groups, and rows whose fingerprints collide without being twins (a row's values permuted)."""
+    rng = np.random.default_rng(seed)
+    base = random_instance(rng, 256, 2, 40)
+    value, valid = base.value.copy(), base.valid.copy()
+    for _ in range(int(rng.integers(1, 6))):  # twin groups
+        src = int(rng.integers(40))
+        for dst in rng.choice(40, size=int(rng.integers(1, 8)), replace=False).tolist():
+            value[dst], valid[dst] = value[src], valid[src]
+    for _ in range(int(rng.integers(0, 4))):  # a colliding fingerprint: the same values in another order
+        src, dst = rng.choice(40, size=2, replace=False).tolist()
+        valid[src] = True
+        perm = rng.permutation(value.shape[1])
+        value[dst], valid[dst] = value[src][perm], True
+    problem = snapped(dataclasses.replace(base, value=value, valid=valid))
+    choice = _random_feasible(problem, rng)
+    assert np.array_equal(canonical_twins(problem, choice), _twins_by_sorting_all_rows(problem, choice))
+
+
 def test_forced_jobs_keep_the_warm_start() -> None:
     problem = _rounds(7, 1)[0]
     forced = np.full(problem.num_jobs, -1, dtype=np.int64)

@@ -40,6 +40,7 @@ same; twins (bit-identical rows) are dealt their options one way (:func:`canonic
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from dataclasses import dataclass
@@ -251,22 +252,30 @@ def canonical_twins(problem: AssignmentProblem, choice: IntArray) -> IntArray:
     # rows that differ in a fingerprint differ: only jobs whose fingerprints collide can be twins
     fingerprint = np.where(problem.valid, problem.value, 0.0).sum(axis=1) + problem.valid.sum(axis=1)
     order = np.argsort(fingerprint, kind="stable")
-    same = fingerprint[order[1:]] == fingerprint[order[:-1]]
+    ranked = fingerprint[order]
+    same = ranked[1:] == ranked[:-1]
     if not same.any():
         return choice
-    maybe = np.unique(np.concatenate([order[1:][same], order[:-1][same]]))
-    key = np.ascontiguousarray(np.where(problem.valid[maybe], problem.value[maybe], np.nan))
-    rows = key.view(np.dtype((np.void, key.dtype.itemsize * n_cfg))).ravel()
-    _, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
+    row = np.dtype((np.void, np.dtype(np.float64).itemsize * n_cfg))
     out = choice.copy()
-    inverse = inverse.ravel()
-    by_group = maybe[np.argsort(inverse, kind="stable")]  # each group's jobs together, in ascending job index
-    ends = np.cumsum(counts)
-    for g in np.flatnonzero(counts > 1).tolist():
-        members = by_group[ends[g] - counts[g] : ends[g]]
-        chosen = out[members]
-        worth = np.where(chosen >= 0, problem.value[members[0], np.maximum(chosen, 0)], 0.0)
-        out[members] = chosen[np.lexsort((chosen, -worth))]
+    edges = np.flatnonzero(np.concatenate([[True], ~same, [True]])).tolist()
+    for lo, hi in itertools.pairwise(edges):  # each run of equal fingerprints (usually one twin group)
+        if hi - lo < 2:
+            continue
+        run = np.sort(order[lo:hi])  # ascending job index
+        key = np.ascontiguousarray(np.where(problem.valid[run], problem.value[run], np.nan))
+        rows = key.view(row).ravel()  # bytes compared: the rows' bits
+        if bool((rows == rows[0]).all()):
+            groups = [run]
+        else:
+            _, inverse, counts = np.unique(rows, return_inverse=True, return_counts=True)
+            by_group = run[np.argsort(inverse.ravel(), kind="stable")]
+            ends = np.cumsum(counts).tolist()
+            groups = [by_group[e - c : e] for e, c in zip(ends, counts.tolist(), strict=True) if c > 1]
+        for members in groups:
+            chosen = out[members]
+            worth = np.where(chosen >= 0, problem.value[members[0], np.maximum(chosen, 0)], 0.0)
+            out[members] = chosen[np.lexsort((chosen, -worth))]
     return out
 
 

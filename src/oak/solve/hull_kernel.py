@@ -1,11 +1,12 @@
-"""The monotone chain of :func:`oak.solve.lagrangian.build_hulls` as one compiled loop (numba).
+"""The hulls of :func:`oak.solve.lagrangian.build_hulls` in one compiled pass (numba).
 
-Row by row (a row: one job's points on one GPU type), each rising point pops from the row's stack the points that
-are not strictly above the chord from the point beneath them to it, then is pushed: the same comparisons, in the
-same floating-point expressions, as the vectorised NumPy loop, so both give the same stacks bit for bit
-(tests/test_lagrangian.py checks it). The NumPy loop pays its per-step overhead once per GPU count; this kernel
-pays nothing per step, which is what large rounds (hundreds of jobs on thousands of GPUs, every round of a
-simulation) need. Imported only when a round is that large, so ``import oak`` does not load numba.
+A row is one job's points on one GPU type. Point by point across all rows, the running maximum says which points
+rise above all to their left, and each rising point pops from its row's stack the points that are not strictly
+above the chord from the point beneath them to it, then is pushed; the hull points are then gathered per type. The
+same comparisons, in the same floating-point expressions, as the vectorised NumPy loop, so both give the same hulls
+bit for bit (tests/test_warm_start.py checks it). The NumPy loop pays its per-step overhead once per GPU count;
+this kernel pays nothing per step, which is what large rounds (hundreds of jobs on thousands of GPUs, every round
+of a simulation) need. Imported only when a round is that large, so ``import oak`` does not load numba.
 """
 
 from __future__ import annotations
@@ -15,22 +16,32 @@ import numpy as np
 
 
 @numba.njit(cache=True)  # type: ignore[untyped-decorator]
-def hull_stacks(
-    v_all: np.ndarray, pw: np.ndarray, row_type: np.ndarray, rising: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(stack (K, R) point indices, top (R,) index of each row's last hull point) for values ``v_all`` (K, R),
-    GPUs ``pw`` (K, T) per point and type, each row's type and which points rise above all to their left."""
+def hull_arrays(
+    v_all: np.ndarray, pw: np.ndarray, pc_rows: np.ndarray, row_type: np.ndarray, n_types: int, n_jobs: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """All of :func:`oak.solve.lagrangian.build_hulls` after the points are grouped, in one pass: which points
+    rise above all to their left (NumPy's running maximum, NaN included), the monotone chain, and
+    the hulls per type — values, GPUs, configurations (``pc_rows`` (K, R): each point's), steps and slopes, each
+    row padded with its last point — as ``build_hulls`` gathers them: the same values bit for bit."""
     k_max, n_rows = v_all.shape
+    # point by point across all rows (rows are independent; each row sees its points in order): the running
+    # maximum says which points rise, and each rising point pops from its row's stack the points that are not
+    # strictly above the chord from the point beneath them to it, then is pushed
     stack = np.zeros((k_max, n_rows), dtype=np.int64)
     top = np.zeros(n_rows, dtype=np.int64)
-    for r in range(n_rows):
-        t = row_type[r]
-        n = 0
-        for k in range(1, k_max):
-            if not rising[k, r]:
+    high = v_all[0].copy()
+    for k in range(1, k_max):
+        for r in range(n_rows):
+            x = v_all[k, r]
+            m = high[r]
+            rising = x > m
+            if m == m and (x != x or x > m):  # np.maximum: a NaN on either side wins
+                high[r] = x
+            if not rising:
                 continue
-            vk = v_all[k, r]
+            t = row_type[r]
             wk = pw[k, t]
+            n = top[r]
             while n >= 1:
                 a = stack[n, r]
                 b = stack[n - 1, r]
@@ -38,34 +49,13 @@ def hull_stacks(
                 w1 = pw[a, t]
                 v0 = v_all[b, r]
                 w0 = pw[b, t]
-                if (v1 - v0) * (wk - w1) <= (vk - v1) * (w1 - w0):
+                if (v1 - v0) * (wk - w1) <= (x - v1) * (w1 - w0):
                     n -= 1
                 else:
                     break
             n += 1
             stack[n, r] = k
-        top[r] = n
-    return stack, top
-
-
-@numba.njit(cache=True)  # type: ignore[untyped-decorator]
-def hull_arrays(
-    v_all: np.ndarray, pw: np.ndarray, pc_rows: np.ndarray, row_type: np.ndarray, n_types: int, n_jobs: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """All of :func:`oak.solve.lagrangian.build_hulls` after the points are grouped, in one pass: which points
-    rise above all to their left (NumPy's running maximum, NaN included), the chain (:func:`hull_stacks`), and
-    the hulls per type — values, GPUs, configurations (``pc_rows`` (K, R): each point's), steps and slopes, each
-    row padded with its last point — as ``build_hulls`` gathers them: the same values bit for bit."""
-    k_max, n_rows = v_all.shape
-    rising = np.zeros((k_max, n_rows), dtype=np.bool_)
-    for r in range(n_rows):
-        m = v_all[0, r]
-        for k in range(1, k_max):
-            x = v_all[k, r]
-            rising[k, r] = x > m
-            if m == m and (x != x or x > m):  # np.maximum: a NaN on either side wins
-                m = x
-    stack, top = hull_stacks(v_all, pw, row_type, rising)
+            top[r] = n
     h = 1
     for r in range(n_rows):
         if top[r] + 1 > h:
@@ -73,14 +63,14 @@ def hull_arrays(
     hv = np.empty((n_types, h, n_jobs))
     hw = np.empty((n_types, h, n_jobs))
     hc = np.empty((n_types, h, n_jobs), dtype=np.int64)
-    for r in range(n_rows):
-        t = row_type[r]
-        i = r - t * n_jobs
+    for t in range(n_types):
         for p in range(h):
-            q = stack[p, r] if p <= top[r] else stack[top[r], r]
-            hv[t, p, i] = v_all[q, r]
-            hw[t, p, i] = pw[q, t]
-            hc[t, p, i] = pc_rows[q, r]
+            for i in range(n_jobs):
+                r = t * n_jobs + i
+                q = stack[p, r] if p <= top[r] else stack[top[r], r]
+                hv[t, p, i] = v_all[q, r]
+                hw[t, p, i] = pw[q, t]
+                hc[t, p, i] = pc_rows[q, r]
     dw = np.empty((n_types, h - 1, n_jobs))
     slope = np.empty((n_types, h - 1, n_jobs))
     for t in range(n_types):

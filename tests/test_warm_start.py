@@ -27,7 +27,9 @@ from oak.solve.assignment import (
     canonical_twins,
     check_feasible,
     dp_states,
+    snap_values,
     snapped,
+    value_quantum,
 )
 from oak.solve.core import solve_core
 from oak.solve.instances import random_instance
@@ -76,6 +78,27 @@ def test_compiled_hulls_equal_numpy_hulls_where_node_shapes_share_a_gpu_count(se
         x, y = getattr(a, name), getattr(b, name)
         assert x.shape == y.shape and x.dtype == y.dtype, name
         assert np.array_equal(x, y, equal_nan=True), name
+
+
+@pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), jobs=st.integers(1, 300), scale=st.sampled_from([1e-3, 1.0, 3e5]))
+def test_compiled_grid_equals_numpy_bit_for_bit(seed: int, jobs: int, scale: float) -> None:
+    """``snap_values`` compiled and in NumPy: the same grid values, ties rounded to even (values placed on
+    half-steps), signs kept off zero, the tie bonus on current configurations, non-finite and invalid entries left."""
+    rng = np.random.default_rng(seed)
+    problem = random_instance(rng, 256, 3, jobs)
+    value = problem.value * scale
+    value[rng.random(value.shape) < 0.05] = np.inf
+    q = value_quantum(value, problem.valid)
+    halves = rng.random(value.shape) < 0.2  # exactly halfway between two grid points
+    value = np.where(halves, (np.floor(value / q) + 0.5) * q, value)
+    value[rng.random(value.shape) < 0.05] = 0.0
+    prefer = np.where(rng.random(jobs) < 0.5, rng.integers(0, value.shape[1], jobs), -1)
+    for keep in (None, prefer):
+        a = snap_values(value, problem.valid, keep, engine="numpy")
+        b = snap_values(value, problem.valid, keep, engine="numba")
+        assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
 def _random_feasible(problem: AssignmentProblem, rng: np.random.Generator) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Compile the numba kernels (Pollux's and Hybrid OAK's NSGA-II, the solver's hull, local-search and core loops) once, into
+"""Compile the numba kernels (Pollux's and Hybrid OAK's NSGA-II, the solver's grid, hull, local-search and core loops) once,
 numba's on-disk cache.
 
 tests/conftest.py starts this in the background when pytest-xdist runs the suite, so that the workers load the

@@ -71,6 +71,9 @@ DP_DIRECT_WORK = 2_000_000
 #: Values are snapped to multiples of 2^-VALUE_GRID_BITS of the binade of the round's largest |value| (module doc).
 VALUE_GRID_BITS = 24
 
+#: ``snap_values`` runs compiled (``oak.solve.snap_kernel``) above this many entries, or once the kernel is loaded.
+SNAP_KERNEL_MIN = 2_000
+
 #: A job's current configuration is worth q·2^-TIE_BITS more than the grid says (module doc): ties keep jobs in place.
 TIE_BITS = 16
 
@@ -90,15 +93,34 @@ def value_quantum(value: FloatArray, valid: BoolArray) -> float:
     return float(np.ldexp(1.0, int(e) - (mantissa == 0.5) - VALUE_GRID_BITS))
 
 
-def snap_values(value: FloatArray, valid: BoolArray, prefer: IntArray | None = None) -> FloatArray:
+def snap_values(
+    value: FloatArray, valid: BoolArray, prefer: IntArray | None = None, engine: str = "auto"
+) -> FloatArray:
     """``value`` with every finite ``valid`` entry rounded to the nearest multiple of :func:`value_quantum` (halves
     to even), a positive value to at least one step and a negative one to at most minus one step, so that worth
     more (or less) than leaving a job out stays so. Other entries are returned as they are. Exact arithmetic:
     scaling by a power of two and rounding to an integer lose nothing else. ``prefer`` (J,): each job's current
-    configuration (−1: none), which gets the tie bonus q·2^-TIE_BITS on top of its grid value."""
+    configuration (−1: none), which gets the tie bonus q·2^-TIE_BITS on top of its grid value. ``engine``: ``numpy``,
+    ``numba`` (one compiled pass, :mod:`oak.solve.snap_kernel`: the same grid bit for bit; 2-D values) or ``auto``:
+    numba above ``SNAP_KERNEL_MIN`` entries or once the kernel is loaded."""
     q = value_quantum(value, valid)
     if q == 0.0:
         return value
+    if value.ndim == 2 and (
+        engine == "numba" or (engine == "auto" and (value.size > SNAP_KERNEL_MIN or kernel_loaded("snap_kernel")))
+    ):
+        from oak.solve.snap_kernel import snap_grid
+
+        bonus_at = np.full(0, -1, dtype=np.int64) if prefer is None else np.asarray(prefer, dtype=np.int64)
+        return np.asarray(
+            snap_grid(
+                np.ascontiguousarray(value, dtype=np.float64),
+                np.ascontiguousarray(valid, dtype=np.bool_),
+                np.ascontiguousarray(bonus_at),
+                q,
+                float(np.ldexp(q, -TIE_BITS)),
+            )
+        )
     mask = valid & np.isfinite(value)
     with np.errstate(invalid="ignore", over="ignore"):
         k = np.rint(np.where(mask, value, 0.0) / q)

@@ -1,5 +1,5 @@
-"""Compile the numba kernels (Pollux's and Hybrid OAK's NSGA-II, the solver's grid, hull, local-search and core loops) once,
-numba's on-disk cache.
+"""Compile the numba kernels (Pollux's and Hybrid OAK's NSGA-II; the solver's grid, hull, local-search and core
+loops) once, into numba's on-disk cache.
 
 tests/conftest.py starts this in the background when pytest-xdist runs the suite, so that the workers load the
 kernels from the cache instead of each compiling them (~10 s of CPU per kernel per worker on a fresh clone). Two

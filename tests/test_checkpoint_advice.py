@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import oak.job as contract
+from oak.engine.rules import advised_checkpoint_interval
 from oak.errors import OakInputError
 from oak.policies import make_policy
 from oak.runtime.jobs_file import parse_jobs
@@ -96,19 +98,45 @@ def test_a_launch_passes_the_advice_on(tmp_path: Path) -> None:
     assert ranks[0].argv[ranks[0].argv.index("--ckpt-every") + 1] == "9"  # a job's own interval is its own
 
 
-def test_the_advice_is_young_daly_of_the_measured_cost_and_the_failure_rate(tmp_path: Path) -> None:
-    text = "jobs:\n  - {name: a, model: tiny, target_steps: 100, batch_size: 8}\n"
+def test_the_advice_is_young_daly_of_the_measured_cost_and_rate_with_the_end_in_view(tmp_path: Path) -> None:
+    text = "jobs:\n  - {name: a, model: tiny, target_steps: 1000, batch_size: 8}\n"
     opts = RuntimeOptions(devices=2, failure_rate=0.1, round_s=30.0)
     sched = RuntimeScheduler(parse_jobs(text, "a.yaml"), make_policy("oak"), tmp_path / "run", opts)
     job, r = sched.jobs[0], JobRecord("a")
     r.ckpt_write_s, r.t_progress_s, r.failures, r.injected = 0.5, 1000.0, 3, 1
     rate = 0.1 / 30.0 + 3.0 / (1000.0 + 1.0 / NODE_RATE_PRIOR_S)
     interval, steps = sched.checkpoint_advice(job, r, (0, 1))
-    assert interval == pytest.approx(math.sqrt(2 * 0.5 / rate), rel=1e-12) and steps is None
-    sched.learned.record(r, nodes=1, replicas=2, local_bsz=4.0, elapsed_s=2.0, steps=10)  # 0.2 s per step on 2
-    assert sched.checkpoint_advice(job, r, (0, 1))[1] == round(interval / 0.2)
+    assert interval == pytest.approx(math.sqrt(2 * 0.5 / rate), rel=1e-12) and steps is None  # no step time yet
     r.failures += 5  # failing more where it runs: advised to checkpoint more often
     assert sched.checkpoint_advice(job, r, (0, 1))[0] < interval
+    r.failures -= 5
+    sched.learned.record(r, nodes=1, replicas=2, local_bsz=4.0, elapsed_s=2.0, steps=10)  # 0.2 s per step on 2
+    for done in (0, 850):  # 200 s and 30 s left: checkpoints spread evenly over what is left
+        r.step = done
+        spread, steps = sched.checkpoint_advice(job, r, (0, 1))
+        assert spread == pytest.approx(advised_checkpoint_interval(0.5, rate, (1000 - done) * 0.2), rel=1e-12)
+        assert steps == round(spread / 0.2)
+    assert spread == pytest.approx(15.0)  # 30 s left: one checkpoint, halfway
+    r.step = 950  # 10 s left: no checkpoint pays before the end; the next one is advised at about the end
+    assert sched.checkpoint_advice(job, r, (0, 1))[0] == pytest.approx(interval)
+
+
+def test_the_advised_interval_is_the_best_even_spread_of_checkpoints_over_the_run_left() -> None:
+    """n checkpoints spread evenly over R s left cost n·C + ρ·R²/(2(n + 1)): the advice R/(n + 1) takes the best n
+    (a brute force over n agrees), no checkpoint (inf) once R ≤ 2√(C/ρ), Young/Daly's √(2C/ρ) without R, and
+    Young/Daly again within a few per cent far from the end."""
+    for c, rate in ((1.0, 1e-3), (4.0, 2e-5), (0.3, 0.01)):
+        tau = math.sqrt(2 * c / rate)
+        assert advised_checkpoint_interval(c, rate) == tau
+        for remaining in np.geomspace(0.05 * tau, 200 * tau, 300):
+            costs = [n * c + rate * remaining**2 / (2 * (n + 1)) for n in range(int(remaining / tau) + 3)]
+            best = int(np.argmin(costs))
+            got = advised_checkpoint_interval(c, rate, float(remaining))
+            assert got == (math.inf if best == 0 else pytest.approx(remaining / (best + 1), rel=1e-12))
+            assert (got == math.inf) == (remaining <= 2 * math.sqrt(c / rate) * (1 + 1e-12))
+            if remaining > 50 * tau:
+                assert got == pytest.approx(tau, rel=0.02)
+    assert advised_checkpoint_interval(1.0, 0.0, 100.0) == math.inf  # no failures: no checkpoint pays
 
 
 @pytest.mark.long

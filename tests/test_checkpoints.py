@@ -157,3 +157,28 @@ def test_the_failure_overhead_grows_with_the_nodes_a_configuration_spans() -> No
     assert len(one) and len(many) and many.min() > one.min()
     plain, ablation = make_policy("oak"), make_policy("oak", failure_overhead=True)
     assert not np.array_equal(plain.utility(snap), ablation.utility(snap))  # type: ignore[attr-defined]
+
+
+def test_the_advice_stops_checkpoints_that_cannot_pay_before_the_end() -> None:
+    """The one job (5,000 s of running) under λ = 10⁻³ per round: Young/Daly checkpoints it all the way; the advice
+    spreads its checkpoints over the run left and writes none in its last 2√(C/ρ) s, so it spends less on them."""
+    _, ckpt_yd, _ = _run("young-daly", rate=1e-3)
+    _, ckpt_advised, _ = _run("advised", rate=1e-3)
+    assert 0 < ckpt_advised < ckpt_yd
+
+
+def test_a_job_keeps_the_checkpoints_it_wrote_when_its_interval_changes() -> None:
+    """A job checkpointing every 100 s of running (period) at 250 s of progress whose advice becomes "none before
+    the end" keeps its checkpoint at 200 s: a failure then loses 50 s, not its whole run."""
+    wl = load_workload("small")
+    physics = PhysicsOptions(checkpoint_policy="advised")
+    sim = Simulator(wl, physics=physics)
+    ck = _Checkpoints(sim.model.physics, PerJobBernoulli(0.01), 0.01, parse_failure_model("paper"), 0.0, 0.0)
+    st = JobsState.initial(np.zeros(len(wl.jobs)))
+    st.node_failures = np.zeros(3, np.int64)
+    st.ckpt_period = np.full(len(wl.jobs), np.inf)
+    st.shape[0], st.gpus[0] = 0, (0,)
+    st.progress[0] = sim.model.total[0] * (1 - 1e-9)  # about done: no checkpoint pays any more
+    st.t_progress[0], st.ckpt_period[0], st.ckpt_tprog[0] = 250.0, 100.0, 0.0
+    ck.periods(sim.model, st, 1000.0)
+    assert st.ckpt_period[0] == math.inf and st.ckpt_tprog[0] == 200.0

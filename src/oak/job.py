@@ -195,7 +195,8 @@ def _count(name: str, value: Any, minimum: int, optional: bool) -> int | None:
 
 def checkpoint_interval() -> float | None:
     """The checkpoint interval (s) the scheduler advises for this job: from its measured checkpoint cost and
-    the failure rate where it runs (Young/Daly), re-read from the job directory's advice at most every
+    the failure rate where it runs (Young/Daly, with the end of its run in view once the scheduler knows its steps
+    left), re-read from the job directory's advice at most every
     ``ADVICE_READ_S`` s, else the launch's ``OAK_CHECKPOINT_INTERVAL_S``; None outside OAK or without advice."""
     now = time.monotonic()
     read_at = _advice["read_at"]

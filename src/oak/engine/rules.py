@@ -82,7 +82,8 @@ class PhysicsOptions:
     "none" (no periodic checkpoint: since its last (re)start), "fixed:S" (every S s of running), "young-daly"
     (every √(2·C·MTBF) s, MTBF from the failure rate of what the job holds: λ's coin, the software rate, and
     each of its nodes' rate as observed so far — the model's mean rate as a prior worth one failure — plus
-    its racks'; the interval the scheduler advises, recomputed at every decision).
+    its racks'; recomputed at every decision), "advised" (``advised_checkpoint_interval``: Young/Daly with the end
+    of the job's run in view, from its remaining work at its current rate — what the scheduler advises).
     """
 
     round_s: float = 60.0
@@ -194,8 +195,9 @@ FIELD_HELP: dict[str, str] = {
     "triggers, as the runtime does).",
     "failure_model": "Hardware failure model NAME[:key=value,...] ('oak failures list'): paper (λ only), llama3, rsc1, "
     "lemon, domain; e.g. llama3:scale=300. Its events add to --failure-rate's.",
-    "checkpoint_policy": "'implicit' (free checkpoints, as --lost-work says), 'none', 'fixed:S' (every S s) or "
-    "'young-daly' (each job's advised interval from its checkpoint cost and failure rate); checkpoints cost time.",
+    "checkpoint_policy": "'implicit' (free checkpoints, as --lost-work says), 'none', 'fixed:S' (every S s), "
+    "'young-daly' (each job's interval from its checkpoint cost and failure rate) or 'advised' (Young/Daly with the "
+    "end of the job's run in view: what oak advises); checkpoints cost time.",
     "goodput": "'known' (policies see every job's true goodput) or 'learned' (fitted online from noisy step times "
     "at the sizes a job has run, with a 1-GPU start and a 2x exploration cap, as oak serve does).",
 }
@@ -215,13 +217,37 @@ def rules_of(physics: PhysicsOptions) -> str:
     return "sia-artifact" if all(getattr(physics, k) == v for k, v in SIA_ARTIFACT_RULES.items()) else "default"
 
 
-CHECKPOINT_POLICIES = ("implicit", "none", "young-daly", "fixed:S")
+CHECKPOINT_POLICIES = ("implicit", "none", "young-daly", "advised", "fixed:S")
+
+
+def advised_checkpoint_interval(write_s: float, rate_per_s: float, remaining_s: float = math.inf) -> float:
+    """The checkpoint interval (s of running) a scheduler advises a job with checkpoint write time C = ``write_s``,
+    failure rate ρ = ``rate_per_s`` where it runs and ``remaining_s`` of running left (inf: unknown): Young/Daly
+    with the end of the run in view. n checkpoints spread evenly over the R s left cost n·C in writes and, a
+    failure losing half a segment on average, ρ·R·R/(2(n + 1)) in lost work; the least total is at n + 1 ≈ R/τ,
+    τ = √(2C/ρ) Young/Daly's interval, so n is the better of the two integers beside R/τ − 1 (fewer on a tie) and
+    the advice is R/(n + 1): τ stretched or shrunk so that the last segment is not a stub. n = 0 — no checkpoint
+    pays before the end, once R ≤ 2√(C/ρ) = √2·τ — gives inf. Without a rate: inf; without R: τ."""
+    if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
+        return math.inf
+    tau = math.sqrt(2.0 * max(write_s, 0.0) / rate_per_s)
+    if not math.isfinite(remaining_s):
+        return tau
+    if remaining_s <= 0 or tau <= 0:
+        return tau if tau > 0 else math.inf
+
+    def cost(n: int) -> float:
+        return n * write_s + rate_per_s * remaining_s * remaining_s / (2.0 * (n + 1))
+
+    low = max(math.floor(remaining_s / tau) - 1, 0)
+    n = low if cost(low) <= cost(low + 1) else low + 1
+    return remaining_s / (n + 1) if n >= 1 else math.inf
 
 
 def checkpoint_interval(policy: str) -> float | None:
     """The fixed interval (s) of ``policy`` ("fixed:S"); None for the other policies (``CHECKPOINT_POLICIES``);
     OakInputError for anything else."""
-    if policy in ("implicit", "none", "young-daly"):
+    if policy in ("implicit", "none", "young-daly", "advised"):
         return None
     kind, _, value = policy.partition(":")
     if kind == "fixed":
@@ -232,6 +258,6 @@ def checkpoint_interval(policy: str) -> float | None:
         if math.isfinite(seconds) and 0 < seconds <= MAX_TIME_S:
             return seconds
     raise OakInputError(
-        f"physics checkpoint_policy={policy!r}: expected implicit, none, young-daly or fixed:S with S a number of "
+        f"physics checkpoint_policy={policy!r}: expected implicit, none, young-daly, advised or fixed:S with S a number of "
         f"seconds in (0, {MAX_TIME_S:g}]"
     )

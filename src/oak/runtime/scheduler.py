@@ -49,7 +49,7 @@ from oak.catalog import Catalog
 from oak.catalog.checkpoint import checkpoint_write_s
 from oak.engine import ClusterModel, Intent, JobIntent, JobResult, JobsState, Plan, RunResult, step
 from oak.engine.reasons import RoundReasons, round_reasons
-from oak.engine.rules import PhysicsOptions
+from oak.engine.rules import PhysicsOptions, advised_checkpoint_interval
 from oak.errors import OakInputError
 from oak.failures import FailureStream, PerJobBernoulli, rng
 from oak.job import ADVICE_FILE
@@ -987,8 +987,10 @@ class RuntimeScheduler:
         st.node_failures = self.node_failures.copy()
 
     def checkpoint_advice(self, job: RuntimeJob, r: JobRecord, devices: tuple[int, ...]) -> tuple[float, int | None]:
-        """The checkpoint interval to advise ``job`` on ``devices``: Young/Daly's √(2·C/rate) (s) and, once its step
-        time there is measured, in steps. C: its measured checkpoint write time, else its application's
+        """The checkpoint interval to advise ``job`` on ``devices`` (s) and, once its step time there is measured, in
+        steps: ``advised_checkpoint_interval`` — Young/Daly's √(2·C/rate), with the end of the run in view once its
+        steps left and step time are known (where no checkpoint pays before the end: its running time left, so the
+        next one falls at about its end). C: its measured checkpoint write time, else its application's
         (``oak.catalog.checkpoint``). rate (per s): the injected failure rate (λ per round, known to the
         scheduler) plus its other failures as observed — (failures + 1) over its time on devices + the prior's
         mean time between failures, ``NODE_RATE_PRIOR_S`` per node it spans: the prior is worth one failure."""
@@ -997,10 +999,15 @@ class RuntimeScheduler:
         own = max(r.failures - r.injected, 0)
         rate = self.opts.failure_rate / self.opts.round_s
         rate += (own + 1.0) / (r.t_progress_s + r.t_ckpt_s + 1.0 / (max(nodes, 1) * NODE_RATE_PRIOR_S))
-        interval = math.sqrt(2.0 * max(c, 1e-3) / rate)
         world = max(1, len(devices))
         times = [s.step_time_s for s in self.learned.samples(r) if s.replicas == world]
-        steps = max(1, round(interval / (sum(times) / len(times)))) if times else None
+        step_s = sum(times) / len(times) if times else None
+        target = self._target(job, r)
+        left = max(target - r.step, 0) * step_s if (step_s is not None and target > 0) else math.inf
+        interval = advised_checkpoint_interval(max(c, 1e-3), rate, left)
+        if not math.isfinite(interval):  # no checkpoint pays before the end: the next one at about the end
+            interval = max(left, math.sqrt(2.0 * max(c, 1e-3) / rate))
+        steps = max(1, round(interval / step_s)) if step_s is not None else None
         return interval, steps
 
     def _advise(self, job: RuntimeJob, r: JobRecord, devices: tuple[int, ...], *, force: bool = False) -> None:

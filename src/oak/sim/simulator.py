@@ -29,7 +29,7 @@ from oak.engine.ledger import JobsState
 from oak.engine.metrics import JobResult, RunResult
 from oak.engine.model import ClusterModel
 from oak.engine.reasons import RoundReasons, round_reasons
-from oak.engine.rules import PhysicsOptions, checkpoint_interval
+from oak.engine.rules import PhysicsOptions, advised_checkpoint_interval, checkpoint_interval
 from oak.engine.step import Intent, step
 from oak.errors import OakInputError
 from oak.failures import FailureStream, failure_model, rng
@@ -763,7 +763,8 @@ class _Checkpoints:
     "young-daly": interval √(2·C·MTBF), MTBF = 1 / the job's failure rate per second — λ's coin on its GPUs
     per round, the software rate, and per node it holds the node's rate as observed so far (its failures + 1
     over the time since the run began + 1 / the model's mean rate: the mean rate as a prior worth one failure),
-    per rack the domain rate. What a scheduler can know: the rates it was told and the failures it saw."""
+    per rack the domain rate. What a scheduler can know: the rates it was told and the failures it saw. "advised":
+    ``advised_checkpoint_interval`` of the same C and rate and the job's running time left at its current rate."""
 
     def __init__(
         self,
@@ -831,6 +832,8 @@ class _Checkpoints:
         st.work_at_risk = model.restore_delay + np.where(np.isfinite(interval), interval / 2.0, 0.0)
 
     def periods(self, model: ClusterModel, st: JobsState, t: float) -> None:
+        """Each job's checkpoint period (interval + write time) where it runs now, after a decision. A job whose
+        interval changes keeps the checkpoints it wrote: its last one under the old period is recorded first."""
         held = np.flatnonzero(st.shape >= 0)
         write = model.ckpt_write[held]
         if self.fixed is not None:
@@ -839,6 +842,19 @@ class _Checkpoints:
         if self.policy == "none":
             st.ckpt_period[held] = np.inf
             return
-        for i, c in zip(held.tolist(), write.tolist(), strict=True):
+        left = np.full(len(held), np.inf)
+        if self.policy == "advised" and len(held):  # the running time each job has left at its current rate
+            e = model.tables.epochs(held, st.progress[held])
+            speed = model.tables.rate_at(model.tables.rows(held, e), st.shape[held]) / model.calibration[held]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                left = np.where(speed > 0, (model.total[held] - st.progress[held]) / speed, np.inf)
+        for i, c, remaining in zip(held.tolist(), write.tolist(), left.tolist(), strict=True):
             rate = self.failure_rate_s(model, st, i, t)
-            st.ckpt_period[i] = math.sqrt(2.0 * c / rate) + c if rate > 0 else np.inf
+            if self.policy == "advised":
+                interval = advised_checkpoint_interval(c, rate, remaining)
+            else:
+                interval = math.sqrt(2.0 * c / rate) if rate > 0 else math.inf
+            old = float(st.ckpt_period[i])
+            if math.isfinite(old) and old > 0 and interval + c != old:
+                st.ckpt_tprog[i] = max(float(st.ckpt_tprog[i]), math.floor(st.t_progress[i] / old) * old)
+            st.ckpt_period[i] = interval + c

@@ -37,18 +37,23 @@ from oak.solve.lagrangian import _grouped_points, build_hulls, improve, minimise
 from oak.workloads import load_workload
 
 
-@pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**31 - 1), gpus=st.sampled_from([48, 256, 1024]), types=st.integers(1, 4),
-       jobs=st.integers(1, 300))  # fmt: skip
-def test_compiled_hulls_equal_numpy_hulls_bit_for_bit(seed: int, gpus: int, types: int, jobs: int) -> None:
-    problem = snapped(random_instance(np.random.default_rng(seed), gpus, types, jobs))
+def _assert_same_hulls(problem: AssignmentProblem) -> None:
+    """build_hulls compiled and in NumPy: every array of the same shape, type and bits."""
     a = build_hulls(problem, engine="numpy")
     b = build_hulls(problem, engine="numba")
     for name in ("gpus", "value", "config", "dw", "slope"):
         x, y = getattr(a, name), getattr(b, name)
         assert x.shape == y.shape and x.dtype == y.dtype, name
         assert np.array_equal(x, y, equal_nan=True), name
+
+
+@pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), gpus=st.sampled_from([48, 256, 1024]), types=st.integers(1, 4),
+       jobs=st.integers(1, 300))  # fmt: skip
+def test_compiled_hulls_equal_numpy_hulls_bit_for_bit(seed: int, gpus: int, types: int, jobs: int) -> None:
+    problem = snapped(random_instance(np.random.default_rng(seed), gpus, types, jobs))
+    _assert_same_hulls(problem)
 
 
 @pytest.mark.portable
@@ -72,12 +77,7 @@ def test_compiled_hulls_equal_numpy_hulls_where_node_shapes_share_a_gpu_count(se
         )
     )
     assert _grouped_points(problem)[2].ndim == 3  # per-job configurations: the path under test
-    a = build_hulls(problem, engine="numpy")
-    b = build_hulls(problem, engine="numba")
-    for name in ("gpus", "value", "config", "dw", "slope"):
-        x, y = getattr(a, name), getattr(b, name)
-        assert x.shape == y.shape and x.dtype == y.dtype, name
-        assert np.array_equal(x, y, equal_nan=True), name
+    _assert_same_hulls(problem)
 
 
 @pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off

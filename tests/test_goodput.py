@@ -274,6 +274,7 @@ def test_goodput_table_matches_best_batch_and_caches(catalog: Catalog) -> None:
         GoodputTable(catalog, nodes, replicas[:3], types)
 
 
+@pytest.mark.portable  # the same values on any CPU kernel: a subset's arrays are shorter than the table's
 @pytest.mark.parametrize("preset", ["paper-12", "sia-64", "sia-64x8"])
 def test_a_subset_of_the_table_gives_its_configurations_values_bit_for_bit(preset: str, catalog: Catalog) -> None:
     """A simulator computes rows on its configurations' shapes only (``GoodputTable.subset``): every application's

@@ -294,3 +294,27 @@ def test_a_subset_of_the_table_gives_its_configurations_values_bit_for_bit(prese
             assert np.array_equal(want.goodput[cols], got.goodput), (app, epoch)
             assert np.array_equal(want.progress_rate[cols], got.progress_rate), (app, epoch)
             assert np.array_equal(want.batch[cols], got.batch), (app, epoch)
+
+
+def test_job_epochs_kept_between_calls_equal_the_profiles_epoch_of(catalog: Catalog) -> None:
+    """JobTables keeps each job's epoch with the progress interval it holds over: across calls with progress that
+    grows, jumps past thresholds, falls back (work lost to a failure) and restarts at 0 (a new run), for any subset
+    of jobs, every answer equals the application's ``epoch_of``."""
+    from oak.engine.model import ClusterModel
+    from oak.workloads import load_workload
+
+    model = ClusterModel(load_workload("medium"), catalog=catalog)
+    tables, apps, total = model.tables, model.apps, model.total
+    rng = np.random.default_rng(5)
+    progress = np.zeros(model.n)
+    for step in range(400):
+        if step % 100 == 0:
+            progress[:] = 0.0  # a new run of the same model
+        progress += rng.uniform(0.0, 0.02, model.n) * total
+        fall = rng.random(model.n) < 0.05
+        progress[fall] *= rng.uniform(0.5, 1.0, int(fall.sum()))
+        progress = np.minimum(progress, total * 1.1)
+        idx = np.sort(rng.choice(model.n, size=int(rng.integers(1, model.n + 1)), replace=False))
+        got = tables.epochs(idx, progress[idx])
+        want = [apps[i].epoch_of(float(progress[i])) for i in idx.tolist()]
+        assert got.tolist() == want

@@ -43,6 +43,10 @@ class JobTables:
         self._row_app = np.repeat(np.arange(len(self._profiles)), epochs)
         self._row_epoch = np.arange(rows) - np.repeat(self._offset, epochs)
         self._columns: IntArray = np.arange(table.size)
+        # per job: its last epoch and the progress interval [lo, hi) over which it holds (empty: not looked up yet)
+        self._epoch: IntArray = np.zeros(len(self.job_app), dtype=np.int64)
+        self._epoch_lo: FloatArray = np.full(len(self.job_app), np.inf)
+        self._epoch_hi: FloatArray = np.full(len(self.job_app), -np.inf)
         self._col_of: IntArray = self._columns
         self._col_table: GoodputTable | None = None  # until use_columns
         self._filled_cols = self._filled
@@ -65,14 +69,21 @@ class JobTables:
 
     def epochs(self, idx: IntArray, progress: FloatArray) -> IntArray:
         """Completed epochs of jobs ``idx`` at ``progress`` (their progress values, aligned with idx), clipped
-        to [0, epochs − 1] as :meth:`AppProfile.epoch_of`."""
-        out = np.zeros(len(idx), dtype=np.int64)
-        apps = self.job_app[idx]
-        for a in np.unique(apps).tolist():
-            m = apps == a
-            done = np.searchsorted(self._thresholds[a], progress[m], side="right")
-            out[m] = np.minimum(done, self._epochs[a] - 1)
-        return out
+        to [0, epochs − 1] as :meth:`AppProfile.epoch_of`. Each job's last answer is kept with the progress
+        interval it holds over (between two epoch thresholds); only jobs whose progress left theirs are looked
+        up again (most rounds: none)."""
+        stale = ~((progress >= self._epoch_lo[idx]) & (progress < self._epoch_hi[idx]))
+        if stale.any():
+            jobs, prog = idx[stale], progress[stale]
+            apps = self.job_app[jobs]
+            for a in np.unique(apps).tolist():
+                m = apps == a
+                edges = self._thresholds[a]
+                done = np.searchsorted(edges, prog[m], side="right")
+                self._epoch[jobs[m]] = np.minimum(done, self._epochs[a] - 1)
+                self._epoch_lo[jobs[m]] = np.where(done > 0, edges[np.maximum(done - 1, 0)], -np.inf)
+                self._epoch_hi[jobs[m]] = np.where(done < len(edges), edges[np.minimum(done, len(edges) - 1)], np.inf)
+        return self._epoch[idx].copy()
 
     def rows(self, idx: IntArray, epochs: IntArray, full: bool = False) -> IntArray:
         """Row of each job's (application, epoch) in :attr:`goodput_cols` / :attr:`rate_cols` — and, with ``full``,

@@ -167,18 +167,43 @@ def test_the_advice_stops_checkpoints_that_cannot_pay_before_the_end() -> None:
     assert 0 < ckpt_advised < ckpt_yd
 
 
-def test_a_job_keeps_the_checkpoints_it_wrote_when_its_interval_changes() -> None:
-    """A job checkpointing every 100 s of running (period) at 250 s of progress whose advice becomes "none before
-    the end" keeps its checkpoint at 200 s: a failure then loses 50 s, not its whole run."""
+def _one_job_state(policy: str) -> tuple[Simulator, _Checkpoints, JobsState]:
     wl = load_workload("small")
-    physics = PhysicsOptions(checkpoint_policy="advised")
-    sim = Simulator(wl, physics=physics)
+    sim = Simulator(wl, physics=PhysicsOptions(checkpoint_policy=policy))
     ck = _Checkpoints(sim.model.physics, PerJobBernoulli(0.01), 0.01, parse_failure_model("paper"), 0.0, 0.0)
     st = JobsState.initial(np.zeros(len(wl.jobs)))
     st.node_failures = np.zeros(3, np.int64)
     st.ckpt_period = np.full(len(wl.jobs), np.inf)
     st.shape[0], st.gpus[0] = 0, (0,)
+    return sim, ck, st
+
+
+def test_a_job_keeps_the_checkpoints_it_wrote_when_its_interval_changes() -> None:
+    """A job checkpointing every 100 s of running since its start, at 250 s of progress, whose advice becomes "none
+    before the end" keeps its checkpoint at 200 s: a failure then loses 50 s, not its whole run."""
+    sim, ck, st = _one_job_state("advised")
     st.progress[0] = sim.model.total[0] * (1 - 1e-9)  # about done: no checkpoint pays any more
     st.t_progress[0], st.ckpt_period[0], st.ckpt_tprog[0] = 250.0, 100.0, 0.0
     ck.periods(sim.model, st, 1000.0)
     assert st.ckpt_period[0] == math.inf and st.ckpt_tprog[0] == 200.0
+
+
+def test_checkpoints_follow_a_timer_across_a_change_of_interval() -> None:
+    """Checkpoints every period of running after the last one: a job whose period shrinks keeps its last checkpoint
+    at the old period and writes one at once where the new period has passed since (not a checkpoint back in time);
+    a failure then loses the running time since the last multiple of the new period after it."""
+    sim, ck, st = _one_job_state("young-daly")
+    rate = ck.failure_rate_s(sim.model, st, 0, 0.0)
+    c = float(sim.model.ckpt_write[0])
+    new = math.sqrt(2.0 * c / rate) + c
+    for since_old, expect_now in ((2.5 * new, True), (0.5 * new, False)):
+        old = 20.0 * new
+        st.t_progress[0], st.ckpt_period[0], st.ckpt_tprog[0] = 100.0 + old + since_old, old, 100.0
+        ck.periods(sim.model, st, 0.0)
+        assert st.ckpt_period[0] == pytest.approx(new, rel=1e-12)
+        written = 100.0 + old + (since_old if expect_now else 0.0)
+        assert st.ckpt_tprog[0] == pytest.approx(written, rel=1e-12)
+    st.t_progress[0] = st.ckpt_tprog[0] + 2.7 * new  # a failure 2.7 periods on loses 0.7 of one
+    st.progress[0], st.gpu_lost_work = 1000.0, np.zeros(len(st.done))
+    sim._lose_since(st, 0, float(st.ckpt_period[0]), 1.0, timer=True)
+    assert st.ckpt_tprog[0] == pytest.approx(100.0 + 20.0 * new + 2.0 * new, rel=1e-12)

@@ -507,7 +507,8 @@ class Simulator:
         rate on its configuration (also while it restores, when it makes none)."""
         ph = self.model.physics
         if self._ckpt is not None:  # periodic checkpoints: the progress since the last one is lost
-            self._lose_since(st, i, float(st.ckpt_period[i]), float(self._shape_rates(st, np.array([i]))[0]))
+            rate = float(self._shape_rates(st, np.array([i]))[0])
+            self._lose_since(st, i, float(st.ckpt_period[i]), rate, timer=True)
             return
         if ph.lost_work == "since-checkpoint":
             interval = ph.checkpoint_interval_s
@@ -542,13 +543,19 @@ class Simulator:
             self._fail(st, np.array(fired))
         return bool(fired)
 
-    def _lose_since(self, st: JobsState, i: int, interval: float, rate: float, at_most: float = math.inf) -> None:
+    def _lose_since(
+        self, st: JobsState, i: int, interval: float, rate: float, at_most: float = math.inf, timer: bool = False
+    ) -> None:
         """A failure of job ``i`` (which holds GPUs) loses the running time since its last checkpoint — its last
         (re)start, or the last multiple of ``interval`` s of running (inf: none), or ``at_most`` s before now —
-        at progress ``rate``, and it resumes from there."""
+        at progress ``rate``, and it resumes from there. ``timer``: the multiples count from its last checkpoint
+        (``ckpt_tprog``: periodic checkpoints every ``interval`` s of running since the last one), not from 0."""
         last = st.ckpt_tprog[i]
         if math.isfinite(interval) and interval > 0:
-            last = max(last, math.floor(st.t_progress[i] / interval) * interval)
+            if timer:
+                last = last + math.floor((st.t_progress[i] - last) / interval) * interval
+            else:
+                last = max(last, math.floor(st.t_progress[i] / interval) * interval)
         lost_t = max(0.0, min(float(st.t_progress[i] - last), at_most))
         if lost_t > 0:
             gpus = self.model.shape_replicas[st.shape[i]]
@@ -626,7 +633,7 @@ class Simulator:
         for i in idx:
             self._end_exit(st, int(i))
             if self._ckpt is not None:
-                self._lose_since(st, int(i), float(st.ckpt_period[i]), float(st.rate[i]))
+                self._lose_since(st, int(i), float(st.ckpt_period[i]), float(st.rate[i]), timer=True)
             elif self._lost is not None and self._lost[i] > 0:  # a run's measured loss per failure
                 self._lose_since(st, int(i), math.inf, float(st.rate[i]), at_most=float(self._lost[i]))
             elif ph.lost_work != "none":  # "since-restart": from the last (re)start only
@@ -832,8 +839,10 @@ class _Checkpoints:
         st.work_at_risk = model.restore_delay + np.where(np.isfinite(interval), interval / 2.0, 0.0)
 
     def periods(self, model: ClusterModel, st: JobsState, t: float) -> None:
-        """Each job's checkpoint period (interval + write time) where it runs now, after a decision. A job whose
-        interval changes keeps the checkpoints it wrote: its last one under the old period is recorded first."""
+        """Each job's checkpoint period (interval + write time) where it runs now, after a decision. Checkpoints
+        follow a timer: every period of running after the last one (``ckpt_tprog``, or the job's (re)start). A job
+        whose period changes keeps the last checkpoint it wrote at the old one, and writes one at once where the
+        new period has already passed since."""
         held = np.flatnonzero(st.shape >= 0)
         write = model.ckpt_write[held]
         if self.fixed is not None:
@@ -854,7 +863,12 @@ class _Checkpoints:
                 interval = advised_checkpoint_interval(c, rate, remaining)
             else:
                 interval = math.sqrt(2.0 * c / rate) if rate > 0 else math.inf
-            old = float(st.ckpt_period[i])
-            if math.isfinite(old) and old > 0 and interval + c != old:
-                st.ckpt_tprog[i] = max(float(st.ckpt_tprog[i]), math.floor(st.t_progress[i] / old) * old)
-            st.ckpt_period[i] = interval + c
+            old, new = float(st.ckpt_period[i]), interval + c
+            if new != old:
+                last, now = float(st.ckpt_tprog[i]), float(st.t_progress[i])
+                if math.isfinite(old) and old > 0:  # the last checkpoint it wrote at the old period
+                    last += math.floor((now - last) / old) * old
+                if now - last >= new:  # already due at the new one: it writes it now
+                    last = now
+                st.ckpt_tprog[i] = last
+            st.ckpt_period[i] = new

@@ -106,9 +106,11 @@ def snap_values(
     q = value_quantum(value, valid)
     if q == 0.0:
         return value
-    if value.ndim == 2 and (
-        engine == "numba" or (engine == "auto" and (value.size > SNAP_KERNEL_MIN or kernel_loaded("snap_kernel")))
-    ):
+    if (
+        value.ndim == 2
+        and value.dtype == np.float64
+        and (engine == "numba" or (engine == "auto" and (value.size > SNAP_KERNEL_MIN or kernel_loaded("snap_kernel"))))
+    ):  # float64 values only: other types keep NumPy's arithmetic in their own precision
         from oak.solve.snap_kernel import snap_grid
 
         bonus_at = np.full(0, -1, dtype=np.int64) if prefer is None else np.asarray(prefer, dtype=np.int64)
@@ -278,7 +280,6 @@ def canonical_twins(problem: AssignmentProblem, choice: IntArray) -> IntArray:
     same = ranked[1:] == ranked[:-1]
     if not same.any():
         return choice
-    row = np.dtype((np.void, np.dtype(np.float64).itemsize * n_cfg))
     out = choice.copy()
     edges = np.flatnonzero(np.concatenate([[True], ~same, [True]])).tolist()
     for lo, hi in itertools.pairwise(edges):  # each run of equal fingerprints (usually one twin group)
@@ -286,7 +287,7 @@ def canonical_twins(problem: AssignmentProblem, choice: IntArray) -> IntArray:
             continue
         run = np.sort(order[lo:hi])  # ascending job index
         key = np.ascontiguousarray(np.where(problem.valid[run], problem.value[run], np.nan))
-        rows = key.view(row).ravel()  # bytes compared: the rows' bits
+        rows = key.view(np.dtype((np.void, key.dtype.itemsize * n_cfg))).ravel()  # bytes compared: the rows' bits
         if bool((rows == rows[0]).all()):
             groups = [run]
         else:

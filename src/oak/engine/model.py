@@ -204,15 +204,16 @@ class ClusterModel:
                 (len(active), len(self.capacity), int(self.shape_nodes.max()) + 1, int(self.shape_replicas.max()) + 1)
             )
             node_goodput[:, self.shape_type, self.shape_nodes, self.shape_replicas] = shape_goodput
-        held = np.zeros((len(active), len(self.cluster.nodes)), dtype=np.int64)
+        shape = (len(active), len(self.cluster.nodes))
         holding = [st.gpus[i] for i in active.tolist()]
         counts = np.fromiter(map(len, holding), dtype=np.int64, count=len(holding))
-        if counts.any():  # one scatter for all jobs' GPUs: GPUs held per (job, node)
+        if counts.any():  # one count over all jobs' GPUs: GPUs held per (job, node)
             owners = np.repeat(np.arange(len(holding)), counts)
             gpu_ids = np.fromiter(itertools.chain.from_iterable(holding), dtype=np.int64, count=int(counts.sum()))
-            n_nodes = held.shape[1]
-            cells = np.bincount(owners * n_nodes + self.gpu_node[gpu_ids], minlength=held.size)
-            held = cells.astype(np.int64, copy=False).reshape(held.shape)
+            cells = np.bincount(owners * shape[1] + self.gpu_node[gpu_ids], minlength=shape[0] * shape[1])
+            held = cells.astype(np.int64, copy=False).reshape(shape)
+        else:
+            held = np.zeros(shape, dtype=np.int64)
         capacity, node_gpus = self.capacity, self.node_gpus
         if st.node_down.any():  # nodes under repair hold no GPUs this round
             node_gpus = frozen_array(np.where(st.node_down, 0, self.node_gpus), np.int64)

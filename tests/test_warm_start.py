@@ -33,7 +33,7 @@ from oak.solve.assignment import (
 )
 from oak.solve.core import solve_core
 from oak.solve.instances import random_instance
-from oak.solve.lagrangian import _grouped_points, build_hulls, improve, minimise_dual, solve_lagrangian
+from oak.solve.lagrangian import _grouped_points, build_hulls, improve, minimise_dual, primal_at, solve_lagrangian
 from oak.workloads import load_workload
 
 
@@ -54,6 +54,33 @@ def _assert_same_hulls(problem: AssignmentProblem) -> None:
 def test_compiled_hulls_equal_numpy_hulls_bit_for_bit(seed: int, gpus: int, types: int, jobs: int) -> None:
     problem = snapped(random_instance(np.random.default_rng(seed), gpus, types, jobs))
     _assert_same_hulls(problem)
+
+
+def _primal_by_sorting(hulls, prices):  # type: ignore[no-untyped-def]
+    """Each job's best hull point by a stable sort on GPUs and the first maximum: the tie rule spelt out."""
+    reduced = hulls.value - prices[:, None, None] * hulls.gpus
+    n_types, h, n_jobs = reduced.shape
+    flat = reduced.reshape(n_types * h, n_jobs)
+    key = np.argsort(hulls.gpus.reshape(n_types * h, n_jobs), axis=0, kind="stable")
+    ordered = np.take_along_axis(flat, key, axis=0)
+    pick = np.take_along_axis(key, ordered.argmax(axis=0)[None, :], axis=0)[0]
+    t_pick, k_pick = np.divmod(pick, h)
+    return hulls.config[t_pick, k_pick, np.arange(n_jobs)].astype(np.int64)
+
+
+@pytest.mark.portable
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), types=st.integers(1, 4), jobs=st.integers(1, 200), ties=st.booleans())
+def test_best_hull_points_break_ties_to_fewer_gpus_then_the_first(seed: int, types: int, jobs: int, ties: bool) -> None:
+    rng = np.random.default_rng(seed)
+    problem = snapped(random_instance(rng, 256, types, jobs))
+    hulls = build_hulls(problem)
+    slopes = hulls.slope[np.isfinite(hulls.slope)]
+    if ties and len(slopes):  # prices on a hull slope: two points of one job tie in reduced value
+        prices = rng.choice(slopes, size=types)
+    else:
+        prices = rng.uniform(0.0, 2.0, size=types) * float(np.median(slopes)) if len(slopes) else np.zeros(types)
+    assert np.array_equal(primal_at(hulls, prices), _primal_by_sorting(hulls, prices))
 
 
 @pytest.mark.portable

@@ -471,10 +471,13 @@ def primal_at(hulls: Hulls, prices: FloatArray) -> IntArray:
     reduced = hulls.value - prices[:, None, None] * hulls.gpus  # (T, H, J)
     n_types, h, n_jobs = reduced.shape
     flat = reduced.reshape(n_types * h, n_jobs)
-    # argmax returns the first maximum: order candidates by (GPUs, type) so that ties pick the fewest GPUs.
-    key = np.argsort(hulls.gpus.reshape(n_types * h, n_jobs), axis=0, kind="stable")
-    ordered = np.take_along_axis(flat, key, axis=0)
-    pick = np.take_along_axis(key, ordered.argmax(axis=0)[None, :], axis=0)[0]
+    # Among the candidates of greatest reduced value, the fewest GPUs, then the first (type, point): the key
+    # GPUs·(T·H) + index is exact in float64 (whole GPU counts, small indices) and orders as a stable sort by GPUs.
+    top = flat == flat.max(axis=0)
+    rank = (
+        hulls.gpus.reshape(n_types * h, n_jobs) * float(n_types * h) + np.arange(n_types * h, dtype=np.float64)[:, None]
+    )
+    pick = np.where(top, rank, np.inf).argmin(axis=0)
     t_pick, k_pick = np.divmod(pick, h)
     config = hulls.config[t_pick, k_pick, np.arange(n_jobs)]
     return config.astype(np.int64)

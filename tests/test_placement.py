@@ -147,6 +147,16 @@ def test_the_placer_agrees_with_its_reference_round_after_round(preset: str) -> 
             except PlacementError:
                 got = None
             assert got == want, (preset, cfgs, prev, down, health, risk)
+            # the previous sets handed over flattened (as the cluster model does) place the same
+            owner = np.repeat(np.arange(n_jobs), [len(p) for p in prev])
+            ids = np.array([g for p in prev for g in p], dtype=np.int64)
+            try:
+                flat: list[tuple[int, ...]] | None = place(
+                    cluster, cfgs, prev, prev_cfg, down, health, risk, flat=(owner, ids)
+                )
+            except PlacementError:
+                flat = None
+            assert flat == want, (preset, cfgs, prev, down, health, risk)
             if got is not None:
                 placed += 1
                 prev, prev_cfg = got, cfgs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 
 import numpy as np
 
@@ -155,6 +156,22 @@ class ClusterModel:
         )
         self.shape_config = np.full(len(shapes), -1, dtype=np.int64)
         self.shape_config[self.config_shape] = np.arange(len(self.configs))
+        #: the last GPU sets flattened (``_flat_holding``): the sets themselves, each GPU's set and the GPU ids
+        self._flat: tuple[list[GpuSet], np.ndarray, np.ndarray] | None = None
+
+    def _flat_holding(self, holding: list[GpuSet]) -> tuple[np.ndarray, np.ndarray]:
+        """The GPU ids of these sets concatenated in order, and the position of the set each belongs to. The last
+        answer is reused while the list holds the very same set objects (tuples: the same objects, the same ids):
+        a round's snapshot and its placement read the same sets, and a round that moved no job reads the last
+        round's."""
+        last = self._flat
+        if last is not None and len(last[0]) == len(holding) and all(map(operator.is_, last[0], holding)):
+            return last[1], last[2]
+        counts = np.fromiter(map(len, holding), dtype=np.int64, count=len(holding))
+        owners = np.repeat(np.arange(len(holding)), counts)
+        ids = np.fromiter(itertools.chain.from_iterable(holding), dtype=np.int64, count=int(counts.sum()))
+        self._flat = (list(holding), owners, ids)
+        return owners, ids
 
     @staticmethod
     def _work_known(st: JobsState, active: np.ndarray) -> BoolArray | None:
@@ -205,11 +222,8 @@ class ClusterModel:
             )
             node_goodput[:, self.shape_type, self.shape_nodes, self.shape_replicas] = shape_goodput
         shape = (len(active), len(self.cluster.nodes))
-        holding = [st.gpus[i] for i in active.tolist()]
-        counts = np.fromiter(map(len, holding), dtype=np.int64, count=len(holding))
-        if counts.any():  # one count over all jobs' GPUs: GPUs held per (job, node)
-            owners = np.repeat(np.arange(len(holding)), counts)
-            gpu_ids = np.fromiter(itertools.chain.from_iterable(holding), dtype=np.int64, count=int(counts.sum()))
+        owners, gpu_ids = self._flat_holding([st.gpus[i] for i in active.tolist()])
+        if len(gpu_ids):  # one count over all jobs' GPUs: GPUs held per (job, node)
             cells = np.bincount(owners * shape[1] + self.gpu_node[gpu_ids], minlength=shape[0] * shape[1])
             held = cells.astype(np.int64, copy=False).reshape(shape)
         else:
@@ -362,7 +376,10 @@ class ClusterModel:
         if health is not None and st.work_at_risk.shape == st.done.shape:  # the most at risk on the healthiest
             gpus = np.where(choice >= 0, self.config_gpus[np.maximum(choice, 0)], 0)
             risk = (st.work_at_risk[active] * gpus).tolist()
-        placed = place(self.cluster, new_cfgs, [st.gpus[i] for i in active.tolist()], old_cfgs, down, health, risk)
+        previous = [st.gpus[i] for i in active.tolist()]
+        placed = place(
+            self.cluster, new_cfgs, previous, old_cfgs, down, health, risk, flat=self._flat_holding(previous)
+        )
         shapes = np.where(choice >= 0, self.config_shape[np.maximum(choice, 0)], -1)
         return shapes, placed
 

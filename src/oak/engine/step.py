@@ -69,24 +69,25 @@ def step(model: ClusterModel, st: JobsState, now: float, active: np.ndarray, pol
     ms = (time.perf_counter() - start) * 1e3
     shapes, placed = model.plan(snap, alloc, policy.name, st, active, policy.avoids_failing_nodes)
     relocate = model.physics.restart_on == "shape"
-    intents = []
+    intents: list[JobIntent] = []
     new_shapes = np.asarray(shapes).tolist()
     configs = model.shape_config[np.maximum(shapes, 0)].tolist()
     held = st.shape[active].tolist()
-    for pos, i in enumerate(active.tolist()):
-        new, gpus, had = new_shapes[pos], placed[pos], held[pos]
+    holding = st.gpus
+    # tuple.__new__ skips the named tuple's Python-level constructor: one intent per active job every round
+    make = tuple.__new__
+    keep, stop, begin, restart = Intent.KEEP, Intent.STOP, Intent.START, Intent.RESTART
+    for i, new, gpus, had, config in zip(active.tolist(), new_shapes, placed, held, configs, strict=True):
         if new < 0:
-            kind = Intent.STOP if had >= 0 else Intent.KEEP
-            intents.append(JobIntent(i, kind, -1, -1, ()))
+            intents.append(make(JobIntent, (i, stop if had >= 0 else keep, -1, -1, ())))
             continue
-        config = configs[pos]
-        if new == had and gpus == st.gpus[i]:
-            kind = Intent.KEEP
+        if new == had and gpus == holding[i]:
+            kind = keep
         elif had < 0:
-            kind = Intent.START
-        elif relocate and model._per_node(st.gpus[i]) == model._per_node(gpus):
+            kind = begin
+        elif relocate and model._per_node(holding[i]) == model._per_node(gpus):
             kind = Intent.RELOCATE
         else:
-            kind = Intent.RESTART
-        intents.append(JobIntent(i, kind, new, config, gpus))
+            kind = restart
+        intents.append(make(JobIntent, (i, kind, new, config, gpus)))
     return Plan(snap, alloc, placed, ms, tuple(intents))

@@ -33,6 +33,7 @@ def place(
     down: frozenset[int] = frozenset(),
     health: Sequence[int] | None = None,
     risk: Sequence[float] | None = None,
+    flat: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[GpuSet]:
     """GPU ids for each job (empty tuple for no configuration).
 
@@ -40,13 +41,14 @@ def place(
     ``down``: nodes out of service (none of their GPUs is used); ``health``: observed failures per node — when
     given, new placements take the nodes with the fewest first (the usual order among equals); ``risk``: the
     GPU-seconds a failure would cost each job — with ``health``, among jobs of the same shape the one with the
-    most at risk is placed first, on the healthiest nodes.
+    most at risk is placed first, on the healthiest nodes. ``flat``: ``previous`` flattened, if the caller has it
+    (the index into ``previous`` of each GPU and the GPU ids, in ``previous``'s order).
     """
     kept = [
         c is not None and (c is pc or c == pc) and len(prev) == c.gpus
         for c, pc, prev in zip(configs, previous_configs, previous, strict=True)
     ]
-    result = _try_place(cluster, configs, previous, kept, down, health, risk)
+    result = _try_place(cluster, configs, previous, kept, down, health, risk, flat)
     if result is None:
         result = _try_place(cluster, configs, previous, [False] * len(configs), down, health, risk)
     if result is None:
@@ -62,6 +64,7 @@ def _try_place(
     down: frozenset[int] = frozenset(),
     health: Sequence[int] | None = None,
     risk: Sequence[float] | None = None,
+    flat: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[GpuSet] | None:
     """One placement attempt (``place``): the kept jobs' GPUs, then the others; None where one does not fit. The
     free GPUs are a mask over the cluster's GPU ids and a count per node, so a round costs one pass over the
@@ -75,9 +78,12 @@ def _try_place(
     if down:
         down_node[list(down)] = True
     if keep:
-        flat = np.fromiter(itertools.chain.from_iterable(previous[i] for i in keep), dtype=np.int64)
-        taken[flat] = True
-        if int(np.count_nonzero(taken)) != len(flat) or bool(down_node[arrays.gpu_node[flat]].any()):
+        if flat is None:
+            held = np.fromiter(itertools.chain.from_iterable(previous[i] for i in keep), dtype=np.int64)
+        else:  # the same ids in the same order: the kept sets' GPUs, in job order
+            held = flat[1][np.asarray(kept, dtype=bool)[flat[0]]]
+        taken[held] = True
+        if int(np.count_nonzero(taken)) != len(held) or bool(down_node[arrays.gpu_node[held]].any()):
             raise ValueError("kept placements overlap or lie on a node out of service")
         for i in keep:
             out[i] = previous[i]

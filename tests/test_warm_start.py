@@ -31,7 +31,7 @@ from oak.solve.assignment import (
     snapped,
     value_quantum,
 )
-from oak.solve.core import solve_core
+from oak.solve.core import core_options_numpy, solve_core
 from oak.solve.instances import random_instance
 from oak.solve.lagrangian import _grouped_points, build_hulls, improve, minimise_dual, primal_at, solve_lagrangian
 from oak.workloads import load_workload
@@ -190,6 +190,63 @@ def test_compiled_core_programme_equals_numpy(seed: int, gpus: int, types: int, 
     assert (a is None) == (b is None)
     if a is not None:
         assert b is not None and np.array_equal(a, b)
+
+
+@pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), gpus=st.sampled_from([48, 256, 1024]), types=st.integers(1, 4),
+       jobs=st.integers(1, 300), share=st.sampled_from([0.0, 0.01, 0.1, 1.0]), max_jobs=st.sampled_from([4, 400]))  # fmt: skip
+def test_compiled_core_set_up_equals_numpy(
+    seed: int, gpus: int, types: int, jobs: int, share: float, max_jobs: int
+) -> None:
+    """The core programme's set-up, compiled and in NumPy, at budgets from none to the whole gap: the same status,
+    fixed jobs, loss (bits), options in the same order, room."""
+    from oak.solve.core_kernel import core_options
+
+    problem = snapped(random_instance(np.random.default_rng(seed), gpus, types, jobs))
+    res = solve_lagrangian(problem, polish=False)
+    g, t, cap = problem.gpus.astype(np.int64), problem.gpu_type.astype(np.int64), problem.capacity.astype(np.int64)
+    red = np.where(problem.valid, problem.value - res.prices[t][None, :] * g[None, :], -np.inf)
+    best = np.maximum(red.max(axis=1, initial=-np.inf), 0.0)
+    delta = best[:, None] - red
+    fits = problem.valid & (g[None, :] <= cap[t][None, :])
+    lb = float(problem.value[res.choice >= 0, res.choice[res.choice >= 0]].sum())
+    limit = max(res.bound - lb, 0.0) * share + 1e-9 * max(1.0, abs(res.bound))
+    a = core_options_numpy(delta, best, fits, limit, g, t, cap, max_jobs)
+    b = core_options(delta, best, fits, limit, g, t, cap, max_jobs)
+    assert a[0] == b[0]
+    if a[0] == 0:
+        for x, y in zip(a[1:], b[1:], strict=True):
+            assert x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y)
+        assert a[3].tobytes() == b[3].tobytes()  # the fixed jobs' loss, summed in the same order
+
+
+@pytest.mark.portable
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), jobs=st.integers(1, 1000), density=st.sampled_from([0.02, 0.2, 0.6]))
+def test_compiled_core_set_up_equals_numpy_on_any_table(seed: int, jobs: int, density: float) -> None:
+    """The same on arbitrary tables, where many jobs keep a single option of nonzero loss (their sum's order
+    shows) and none is sometimes out of the limit."""
+    from oak.solve.core_kernel import core_options
+
+    rng = np.random.default_rng(seed)
+    n_cfg, n_types = 12, 3
+    gpus = rng.integers(1, 9, size=n_cfg).astype(np.int64)
+    gtype = rng.integers(0, n_types, size=n_cfg).astype(np.int64)
+    capacity = np.full(n_types, 8 * jobs, dtype=np.int64) // rng.integers(1, 3, size=n_types)
+    limit = float(rng.choice([1.0, 1e5]))
+    delta = np.where(rng.random((jobs, n_cfg)) < 0.9, rng.uniform(0.0, 50.0, (jobs, n_cfg)), np.inf)
+    fits = rng.random((jobs, n_cfg)) < density
+    own = rng.integers(0, n_cfg, size=jobs)  # every job fits one configuration within the limit
+    fits[np.arange(jobs), own] = True
+    delta[np.arange(jobs), own] = rng.uniform(0.0, min(limit, 50.0), jobs)
+    best = np.where(rng.random(jobs) < 0.7, 1e6, rng.uniform(0.0, 2.0, jobs))  # mostly, none is out of the limit
+    a = core_options_numpy(delta, best, fits, limit, gpus, gtype, capacity, 10**6)
+    b = core_options(delta, best, fits, limit, gpus, gtype, capacity, 10**6)
+    assert a[0] == b[0]
+    for x, y in zip(a[1:], b[1:], strict=True):
+        assert x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y)
+    assert a[3].tobytes() == b[3].tobytes()
 
 
 @pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off

@@ -33,6 +33,9 @@ DEEPEN_ABOVE = 12
 #: below, the NumPy loop costs less than loading numba.
 KERNEL_MIN_OPTIONS = 300
 
+#: ... and its set-up too above this many (job, configuration) entries.
+KERNEL_MIN_TABLE = 20_000
+
 #: Give up (return None) when more jobs than this have several options within the budget.
 MAX_CORE_JOBS = 400
 
@@ -85,6 +88,73 @@ def solve_core(
     return incumbent.copy()  # cannot happen: the incumbent is within the full budget
 
 
+#: Status codes of the set-up (:func:`core_options_numpy`, ``core_kernel.core_options``) and the programme.
+FOUND, TOO_BIG, EMPTY = 0, 1, 2
+
+#: What the set-up returns: status, choice (jobs of one option fixed), their GPU use (1, T) and loss (1,), the
+#: undecided jobs, ``edge``, ``use_all``, ``loss_all``, ``room``, each option's configuration (−1: none).
+CoreOptions = tuple[int, IntArray, IntArray, FloatArray, IntArray, IntArray, IntArray, FloatArray, IntArray, IntArray]
+
+
+def core_options_numpy(
+    delta: FloatArray,
+    best: FloatArray,
+    fits: BoolArray,
+    limit: float,
+    gpus: IntArray,
+    gtype: IntArray,
+    capacity: IntArray,
+    max_jobs: int,
+) -> CoreOptions:
+    """The programme's set-up for ``limit`` = budget + tolerance: jobs with a single option within it are fixed at
+    once; the others' options (none first, then configurations in index order) are grouped by job, with the GPUs
+    the later jobs can still take. Status EMPTY (nothing within the limit), TOO_BIG (more than ``max_jobs``
+    undecided jobs) or FOUND. ``oak.solve.core_kernel.core_options`` is this, compiled, bit for bit."""
+    n_jobs = len(best)
+    n_types = len(capacity)
+    no_i, no_f, no_2 = np.empty(0, np.int64), np.empty(0), np.empty((0, 0), np.int64)
+    ok = fits & (delta <= limit)
+    none_ok = best <= limit
+    n_opts = ok.sum(axis=1) + none_ok
+    if np.any(n_opts == 0):  # cannot happen: a job's best option has δ = 0
+        return EMPTY, no_i, no_2, no_f, no_i, no_i, no_2, no_f, no_2, no_i
+    choice = np.full(n_jobs, -1, dtype=np.int64)
+    single = np.flatnonzero(n_opts == 1)
+    single_cfg = np.where(ok[single].any(axis=1), ok[single].argmax(axis=1), -1)
+    choice[single] = single_cfg
+    taken = single_cfg >= 0
+    usage = np.zeros((1, n_types), dtype=np.int64)
+    np.add.at(usage[0], gtype[single_cfg[taken]], gpus[single_cfg[taken]])
+    loss = np.array([float(np.where(taken, delta[single, np.maximum(single_cfg, 0)], best[single]).sum())])
+    if loss[0] > limit or np.any(usage[0] > capacity):
+        return EMPTY, no_i, no_2, no_f, no_i, no_i, no_2, no_f, no_2, no_i
+    multi = np.flatnonzero(n_opts > 1)
+    if len(multi) > max_jobs:
+        return TOO_BIG, no_i, no_2, no_f, no_i, no_i, no_2, no_f, no_2, no_i
+    # Options of the jobs left, grouped by job (none first): configuration (−1: none), loss δ, GPU-usage vector.
+    n_multi = len(multi)
+    r_idx, c_idx = np.nonzero(ok[multi])
+    none_rows = np.flatnonzero(none_ok[multi])
+    rows_all = np.concatenate([none_rows, r_idx])
+    order = np.argsort(rows_all, kind="stable")
+    rows_all = rows_all[order]
+    cfg_all = np.concatenate([np.full(len(none_rows), -1, dtype=np.int64), c_idx])[order]
+    has = cfg_all >= 0
+    safe = np.maximum(cfg_all, 0)
+    loss_all = np.where(has, delta[multi[rows_all], safe], best[multi[rows_all]]).astype(np.float64)
+    use_all = np.zeros((len(cfg_all), n_types), dtype=np.int64)
+    use_all[np.flatnonzero(has), gtype[cfg_all[has]]] = gpus[cfg_all[has]]
+    edge = np.searchsorted(rows_all, np.arange(n_multi + 1)).astype(np.int64)
+    # future[k]: the most GPUs per type the jobs after the k-th can still take; the GPUs they cannot fill are left
+    # idle whatever happens, at a certain cost λ·idle that counts against the budget too. room = R − future.
+    future = np.zeros((n_multi, n_types), dtype=np.int64)
+    if n_multi > 1:
+        most = np.maximum.reduceat(use_all, edge[:-1], axis=0)
+        future[:-1] = np.cumsum(most[::-1], axis=0)[::-1][1:]
+    room = capacity[None, :] - future
+    return FOUND, choice, usage, loss, multi, edge, use_all, loss_all, room, cfg_all
+
+
 def _core_dp(
     problem: AssignmentProblem,
     prices: FloatArray,
@@ -99,65 +169,40 @@ def _core_dp(
     engine: str = "auto",
 ) -> IntArray | str | None:
     """The best allocation of cost (Σ δ + λ·idle) ≤ ``budget``; "empty" when there is none, None when too big.
-    ``engine``: ``numpy`` (the vectorised loop below), ``numba`` (the same programme compiled,
+    ``engine``: ``numpy`` (the vectorised loop below), ``numba`` (the same set-up and programme compiled,
     :mod:`oak.solve.core_kernel`: the same answer bit for bit, fewer than eight GPU types) or ``auto``: numba with
-    fewer than eight types, for more than ``KERNEL_MIN_OPTIONS`` option entries (options × types) or once the kernel
-    is loaded."""
-    n_jobs = problem.num_jobs
+    fewer than eight types, for more than ``KERNEL_MIN_OPTIONS`` option entries (options × types) or
+    ``KERNEL_MIN_TABLE`` (job, configuration) entries, or once the kernel is loaded."""
     n_types = len(problem.capacity)
     gpus = problem.gpus.astype(np.int64)
     gtype = problem.gpu_type.astype(np.int64)
     capacity = problem.capacity.astype(np.int64)
-    ok = fits & (delta <= budget + tol)
-    none_ok = best <= budget + tol
-    n_opts = ok.sum(axis=1) + none_ok
-    if np.any(n_opts == 0):  # cannot happen: a job's best option has δ = 0
+    limit = float(budget + tol)
+    compiled = engine == "numba" or (
+        engine == "auto" and n_types < 8 and (delta.size > KERNEL_MIN_TABLE or kernel_loaded("core_kernel"))
+    )
+    if compiled:
+        from oak.solve.core_kernel import core_options
+
+        setup: CoreOptions = core_options(delta, best, fits, limit, gpus, gtype, capacity, int(max_jobs))
+    else:
+        setup = core_options_numpy(delta, best, fits, limit, gpus, gtype, capacity, int(max_jobs))
+    status, choice, usage, loss, multi, edge, use_all, loss_all, room, cfg_all = setup
+    if status == EMPTY:
         return "empty"
-    # Jobs with a single option within budget are fixed at once; the programme runs over the others.
-    choice = np.full(n_jobs, -1, dtype=np.int64)
-    single = np.flatnonzero(n_opts == 1)
-    single_cfg = np.where(ok[single].any(axis=1), ok[single].argmax(axis=1), -1)
-    choice[single] = single_cfg
-    taken = single_cfg >= 0
-    usage = np.zeros((1, n_types), dtype=np.int64)
-    np.add.at(usage[0], gtype[single_cfg[taken]], gpus[single_cfg[taken]])
-    loss = np.array([float(np.where(taken, delta[single, np.maximum(single_cfg, 0)], best[single]).sum())])
-    if loss[0] > budget + tol or np.any(usage[0] > capacity):
-        return "empty"
-    multi = np.flatnonzero(n_opts > 1)
-    if len(multi) > max_jobs:
+    if status == TOO_BIG:
         return None
-    if len(multi) == 0:
-        idle_cost = float(dot(capacity - usage[0], prices))
-        return choice if loss[0] + idle_cost <= budget + tol else "empty"
-    # Options of the jobs left, grouped by job (none first): configuration (−1: none), loss δ, GPU-usage vector.
     n_multi = len(multi)
-    r_idx, c_idx = np.nonzero(ok[multi])
-    none_rows = np.flatnonzero(none_ok[multi])
-    rows_all = np.concatenate([none_rows, r_idx])
-    order = np.argsort(rows_all, kind="stable")
-    rows_all = rows_all[order]
-    cfg_all = np.concatenate([np.full(len(none_rows), -1, dtype=np.int64), c_idx])[order]
-    has = cfg_all >= 0
-    safe = np.maximum(cfg_all, 0)
-    loss_all = np.where(has, delta[multi[rows_all], safe], best[multi[rows_all]])
-    use_all = np.zeros((len(cfg_all), n_types), dtype=np.int64)
-    use_all[np.flatnonzero(has), gtype[cfg_all[has]]] = gpus[cfg_all[has]]
-    edge = np.searchsorted(rows_all, np.arange(n_multi + 1))
-    most = np.maximum.reduceat(use_all, edge[:-1], axis=0)
-    # future[k]: the most GPUs per type the jobs after the k-th can still take; the GPUs they cannot fill are left
-    # idle whatever happens, at a certain cost λ·idle that counts against the budget too. room = R − future.
-    future = np.zeros((n_multi, n_types), dtype=np.int64)
-    if n_multi > 1:
-        future[:-1] = np.cumsum(most[::-1], axis=0)[::-1][1:]
-    room = capacity[None, :] - future
-    big = len(cfg_all) * n_types > KERNEL_MIN_OPTIONS or kernel_loaded("core_kernel")
+    if n_multi == 0:
+        idle_cost = float(dot(capacity - usage[0], prices))
+        return choice if loss[0] + idle_cost <= limit else "empty"
+    big = compiled or len(cfg_all) * n_types > KERNEL_MIN_OPTIONS or kernel_loaded("core_kernel")
     if engine == "numba" or (engine == "auto" and n_types < 8 and big):
-        from oak.solve.core_kernel import FOUND, TOO_BIG, core_programme
+        from oak.solve.core_kernel import core_programme
 
         status, picked = core_programme(
-            edge.astype(np.int64), use_all, loss_all.astype(np.float64), room, capacity,
-            np.asarray(prices, dtype=np.float64), float(budget + tol), stride, int(max_states), usage, loss,
+            edge, use_all, loss_all, room, capacity, np.asarray(prices, dtype=np.float64), limit, stride,
+            int(max_states), usage, loss,
         )  # fmt: skip
         if status == TOO_BIG:
             return None
@@ -174,7 +219,7 @@ def _core_dp(
         cand_use = (usage[:, None, :] + use_all[None, lo:hi, :]).reshape(n * m, n_types)
         cand_loss = (loss[:, None] + loss_all[None, lo:hi]).ravel()
         idle = dot(np.maximum(room[k][None, :] - cand_use, 0), prices)
-        cand = np.flatnonzero((cand_loss + idle <= budget + tol) & np.all(cand_use <= capacity[None, :], axis=1))
+        cand = np.flatnonzero((cand_loss + idle <= limit) & np.all(cand_use <= capacity[None, :], axis=1))
         if len(cand) == 0:
             return "empty"
         cand_use, cand_loss = cand_use[cand], cand_loss[cand]
@@ -193,7 +238,7 @@ def _core_dp(
     # within the budget is the state's allocation proved the best of all (see solve_core).
     cost = loss + dot(capacity[None, :] - usage, prices)
     state = int(np.argmin(cost))
-    if cost[state] > budget + tol:
+    if cost[state] > limit:
         return "empty"
     for k in range(n_multi - 1, -1, -1):
         parent, cfg = trail[k]

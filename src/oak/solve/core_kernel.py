@@ -7,7 +7,9 @@ then option), states ordered by usage key — what the NumPy loop's ``lexsort`` 
 too: a loss plus an option's loss, then the idle cost Σ_t max(room_t − use_t, 0)·λ_t added left to right, as NumPy
 reduces fewer than eight terms (so the kernel is used only with fewer than eight GPU types). The same states, the
 same answer, bit for bit (tests/test_warm_start.py); without the NumPy loop's per-step overhead, which large rounds
-pay in every round of a simulation. Imported only for such rounds, so ``import oak`` does not load numba.
+pay in every round of a simulation. :func:`core_options` is the NumPy loop's set-up in one pass over the
+(job, configuration) table: the jobs fixed at once, the options of the others grouped by job, the GPUs the later
+jobs can still take. Imported only for such rounds, so ``import oak`` does not load numba.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from __future__ import annotations
 import numba  # type: ignore[import-untyped]
 import numpy as np
 
-#: Status codes of :func:`core_programme`.
-FOUND, TOO_BIG, EMPTY = 0, 1, 2
+from oak.solve.core import EMPTY, FOUND, TOO_BIG
+from oak.solve.pairwise_kernel import pairwise_sum
+
+__all__ = ["EMPTY", "FOUND", "TOO_BIG", "core_options", "core_programme"]
 
 
 @numba.njit(cache=True)  # type: ignore[untyped-decorator]
@@ -131,3 +135,111 @@ def core_programme(
         picked[k] = buf_option[offsets[k] + state]
         state = buf_parent[offsets[k] + state]
     return FOUND, picked
+
+
+@numba.njit(cache=True)  # type: ignore[untyped-decorator]
+def core_options(
+    delta: np.ndarray,
+    best: np.ndarray,
+    fits: np.ndarray,
+    limit: float,
+    gpus: np.ndarray,
+    gtype: np.ndarray,
+    capacity: np.ndarray,
+    max_jobs: int,
+) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+           np.ndarray]:  # fmt: skip
+    """:func:`oak.solve.core.core_options_numpy` compiled, for ``limit`` = budget + tolerance: (status, choice with the
+    jobs of one option fixed, their GPU use (1, T) and loss (1,), the undecided jobs, ``edge``, ``use_all``,
+    ``loss_all``, ``room``, each option's configuration (−1: none)). Options per job: none first (when within
+    the limit), then configurations in index order; a job's single option is its first; the fixed jobs' loss is
+    summed in job order as NumPy sums. Status FOUND (arrays valid), EMPTY or TOO_BIG (more than ``max_jobs``
+    undecided jobs)."""
+    n_jobs, n_cfg = delta.shape
+    n_types = len(capacity)
+    empty_i = np.empty(0, dtype=np.int64)
+    empty_f = np.empty(0)
+    n_opts = np.zeros(n_jobs, dtype=np.int64)
+    first = np.full(n_jobs, -1, dtype=np.int64)
+    n_single = 0
+    n_multi = 0
+    n_options = 0
+    for j in range(n_jobs):
+        cnt = 1 if best[j] <= limit else 0
+        f = -1
+        for c in range(n_cfg):
+            if fits[j, c] and delta[j, c] <= limit:
+                cnt += 1
+                if f < 0:
+                    f = c
+        if cnt == 0:
+            return (EMPTY, empty_i, np.empty((0, 0), dtype=np.int64), empty_f, empty_i, empty_i,
+                    np.empty((0, 0), dtype=np.int64), empty_f, np.empty((0, 0), dtype=np.int64), empty_i)  # fmt: skip
+        n_opts[j] = cnt
+        first[j] = f
+        if cnt == 1:
+            n_single += 1
+        else:
+            n_multi += 1
+            n_options += cnt
+    choice = np.full(n_jobs, -1, dtype=np.int64)
+    usage0 = np.zeros((1, n_types), dtype=np.int64)
+    single_loss = np.empty(n_single)
+    q = 0
+    for j in range(n_jobs):
+        if n_opts[j] == 1:
+            c = first[j]
+            choice[j] = c
+            if c >= 0:
+                usage0[0, gtype[c]] += gpus[c]
+                single_loss[q] = delta[j, c]
+            else:
+                single_loss[q] = best[j]
+            q += 1
+    loss0 = np.zeros(1)
+    if n_single > 0:
+        loss0[0] = pairwise_sum(single_loss, 0, n_single)
+    over = loss0[0] > limit
+    for t in range(n_types):
+        if usage0[0, t] > capacity[t]:
+            over = True
+    if over:
+        return (EMPTY, empty_i, np.empty((0, 0), dtype=np.int64), empty_f, empty_i, empty_i,
+                np.empty((0, 0), dtype=np.int64), empty_f, np.empty((0, 0), dtype=np.int64), empty_i)  # fmt: skip
+    if n_multi > max_jobs:
+        return (TOO_BIG, empty_i, np.empty((0, 0), dtype=np.int64), empty_f, empty_i, empty_i,
+                np.empty((0, 0), dtype=np.int64), empty_f, np.empty((0, 0), dtype=np.int64), empty_i)  # fmt: skip
+    multi = np.empty(n_multi, dtype=np.int64)
+    edge = np.zeros(n_multi + 1, dtype=np.int64)
+    use_all = np.zeros((n_options, n_types), dtype=np.int64)
+    loss_all = np.empty(n_options)
+    cfg_all = np.empty(n_options, dtype=np.int64)
+    most = np.zeros((n_multi, n_types), dtype=np.int64)
+    k = 0
+    o = 0
+    for j in range(n_jobs):
+        if n_opts[j] < 2:
+            continue
+        multi[k] = j
+        edge[k] = o
+        if best[j] <= limit:
+            cfg_all[o] = -1
+            loss_all[o] = best[j]
+            o += 1
+        for c in range(n_cfg):
+            if fits[j, c] and delta[j, c] <= limit:
+                cfg_all[o] = c
+                loss_all[o] = delta[j, c]
+                use_all[o, gtype[c]] = gpus[c]
+                if gpus[c] > most[k, gtype[c]]:
+                    most[k, gtype[c]] = gpus[c]
+                o += 1
+        k += 1
+    edge[n_multi] = o
+    room = np.empty((n_multi, n_types), dtype=np.int64)
+    for t in range(n_types):
+        later = 0
+        for k in range(n_multi - 1, -1, -1):
+            room[k, t] = capacity[t] - later
+            later += most[k, t]
+    return FOUND, choice, usage0, loss0, multi, edge, use_all, loss_all, room, cfg_all

@@ -180,9 +180,17 @@ def test_compiled_price_search_equals_numpy_bit_for_bit(
 @pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), gpus=st.sampled_from([48, 256, 1024]), types=st.integers(1, 4),
-       jobs=st.integers(2, 300), small=st.booleans())  # fmt: skip
-def test_compiled_core_programme_equals_numpy(seed: int, gpus: int, types: int, jobs: int, small: bool) -> None:
-    problem = snapped(random_instance(np.random.default_rng(seed), gpus, types, jobs))
+       jobs=st.integers(2, 300), small=st.booleans(), twins=st.booleans())  # fmt: skip
+def test_compiled_core_programme_equals_numpy(
+    seed: int, gpus: int, types: int, jobs: int, small: bool, twins: bool
+) -> None:
+    """Also with twins (jobs of identical rows, as a simulation's queued jobs of one application often are):
+    partial allocations of equal loss and usage, where the tie rule decides which job gets what."""
+    problem = random_instance(np.random.default_rng(seed), gpus, types, jobs)
+    if twins:
+        rows = np.arange(jobs) // 3  # three jobs to a row
+        problem = dataclasses.replace(problem, value=problem.value[rows], valid=problem.valid[rows])
+    problem = snapped(problem)
     res = solve_lagrangian(problem, polish=False)
     budget = {"max_states": 2_000, "max_jobs": 48} if small else {}
     a = solve_core(problem, res.prices, res.bound, res.choice, engine="numpy", **budget)  # type: ignore[arg-type]

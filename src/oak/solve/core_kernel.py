@@ -3,7 +3,8 @@
 Each step extends every partial allocation (a state: GPUs used per type, its loss Σ δ) by each option of the next
 job, drops the extensions over a capacity or over the budget (loss plus the cost of the GPUs the remaining jobs
 cannot fill), and keeps one state per usage vector: the least loss, ties to the earlier candidate (state-major,
-then option), states ordered by usage key — what the NumPy loop's ``lexsort`` keeps. The sums are the NumPy loop's
+then option), states ordered by usage key — what the NumPy loop's ``lexsort`` keeps (here one stable sort by key
+and a scan of each key's candidates). The sums are the NumPy loop's
 too: a loss plus an option's loss, then the idle cost Σ_t max(room_t − use_t, 0)·λ_t added left to right, as NumPy
 reduces fewer than eight terms (so the kernel is used only with fewer than eight GPU types). The same states, the
 same answer, bit for bit (tests/test_warm_start.py); without the NumPy loop's per-step overhead, which large rounds
@@ -85,12 +86,22 @@ def core_programme(
                     cnt += 1
         if cnt == 0:
             return EMPTY, np.empty(0, dtype=np.int64)
-        by_loss = np.argsort(c_loss[:cnt], kind="mergesort")
-        order = by_loss[np.argsort(c_key[:cnt][by_loss], kind="mergesort")]
+        # One state per usage key, in key order: the least loss of the key's candidates, the first among equals
+        # (a stable sort by key keeps candidates in order within a key) — the NumPy loop's lexsort picks the same.
+        order = np.argsort(c_key[:cnt], kind="mergesort")
+        pick = np.empty(cnt, dtype=np.int64)
         kept = 0
-        for j in range(cnt):
-            if j == 0 or c_key[order[j]] != c_key[order[j - 1]]:
-                kept += 1
+        j = 0
+        while j < cnt:
+            chosen = order[j]
+            key = c_key[chosen]
+            j += 1
+            while j < cnt and c_key[order[j]] == key:
+                if c_loss[order[j]] < c_loss[chosen]:
+                    chosen = order[j]
+                j += 1
+            pick[kept] = chosen
+            kept += 1
         if kept > max_states:
             return TOO_BIG, np.empty(0, dtype=np.int64)
         new_usage = np.empty((kept, n_types), dtype=np.int64)
@@ -103,15 +114,12 @@ def core_programme(
             bo[:size] = buf_option[:size]
             buf_parent = bp
             buf_option = bo
-        q = 0
-        for j in range(cnt):
-            c = order[j]
-            if j == 0 or c_key[c] != c_key[order[j - 1]]:
-                new_usage[q] = c_use[c]
-                new_loss[q] = c_loss[c]
-                buf_parent[size + q] = c_parent[c]
-                buf_option[size + q] = c_option[c]
-                q += 1
+        for q in range(kept):
+            c = pick[q]
+            new_usage[q] = c_use[c]
+            new_loss[q] = c_loss[c]
+            buf_parent[size + q] = c_parent[c]
+            buf_option[size + q] = c_option[c]
         offsets[k] = size
         size += kept
         offsets[k + 1] = size

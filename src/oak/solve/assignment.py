@@ -265,14 +265,26 @@ def _solve_lagrangian_auto(
     return choice, bound, "lagrangian", prices, False
 
 
-def canonical_twins(problem: AssignmentProblem, choice: IntArray) -> IntArray:
+def canonical_twins(problem: AssignmentProblem, choice: IntArray, engine: str = "auto") -> IntArray:
     """``choice`` with the options of jobs whose rows are bit-identical (values, validity, so the same GPUs on the
     grid) dealt out in a fixed order: the most valuable to the lowest job index (then the lower configuration
     index). Allocations that differ only by how twins share their options are worth exactly the same; this picks
-    one of them whatever path the solver took (a warm and a cold start reach the same optimum)."""
+    one of them whatever path the solver took (a warm and a cold start reach the same optimum).
+
+    ``engine``: ``numpy`` (below), ``numba`` (:mod:`oak.solve.twins_kernel`: one pass, the same groups, the same
+    answer) or ``auto``: numba above ``SNAP_KERNEL_MIN`` entries or once that kernel is loaded."""
     n_jobs, n_cfg = problem.value.shape
     if n_jobs < 2 or n_cfg == 0:
         return choice
+    if engine == "numba" or (
+        engine == "auto" and (problem.value.size > SNAP_KERNEL_MIN or kernel_loaded("twins_kernel"))
+    ):
+        from oak.solve.twins_kernel import twins_deal
+
+        out: IntArray = twins_deal(
+            np.ascontiguousarray(problem.value, dtype=np.float64), np.ascontiguousarray(problem.valid), choice
+        )
+        return out
     # rows that differ in a fingerprint differ: only jobs whose fingerprints collide can be twins
     fingerprint = np.where(problem.valid, problem.value, 0.0).sum(axis=1) + problem.valid.sum(axis=1)
     order = np.argsort(fingerprint, kind="stable")

@@ -33,7 +33,15 @@ from oak.solve.assignment import (
 )
 from oak.solve.core import core_options_numpy, solve_core
 from oak.solve.instances import random_instance
-from oak.solve.lagrangian import _grouped_points, build_hulls, improve, minimise_dual, primal_at, solve_lagrangian
+from oak.solve.lagrangian import (
+    _grouped_points,
+    build_hulls,
+    improve,
+    minimise_dual,
+    primal_at,
+    repair,
+    solve_lagrangian,
+)
 from oak.workloads import load_workload
 
 
@@ -255,6 +263,38 @@ def test_compiled_core_set_up_equals_numpy_on_any_table(seed: int, jobs: int, de
     for x, y in zip(a[1:], b[1:], strict=True):
         assert x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y)
     assert a[3].tobytes() == b[3].tobytes()
+
+
+@pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), gpus=st.sampled_from([48, 256, 1024]), types=st.integers(1, 4),
+       jobs=st.integers(1, 300), scale=st.sampled_from([0.0, 0.3, 1.0]), off=st.floats(0.0, 0.5),
+       twins=st.booleans())  # fmt: skip
+def test_compiled_repair_equals_numpy_bit_for_bit(
+    seed: int, gpus: int, types: int, jobs: int, scale: float, off: float, twins: bool
+) -> None:
+    """Allocations over capacity (each job's best hull point at low prices), some jobs moved off their hulls
+    (dropped whole at their average value per GPU), with twins (equal slopes: the sort's tie rule shows): the
+    same repair compiled and in NumPy."""
+    rng = np.random.default_rng(seed)
+    problem = random_instance(rng, gpus, types, jobs)
+    if twins:
+        rows = np.arange(jobs) // 3
+        problem = dataclasses.replace(problem, value=problem.value[rows], valid=problem.valid[rows])
+    problem = snapped(problem)
+    hulls = build_hulls(problem)
+    slopes = hulls.slope[np.isfinite(hulls.slope)]
+    prices = np.full(types, scale * float(np.median(slopes)) if len(slopes) else 0.0)
+    choice = primal_at(hulls, prices)
+    moved = rng.random(jobs) < off
+    for i in np.flatnonzero(moved).tolist():
+        opts = np.flatnonzero(problem.valid[i])
+        if len(opts):
+            choice[i] = int(rng.choice(opts))
+    a = repair(problem, hulls, choice, engine="numpy")
+    b = repair(problem, hulls, choice, engine="numba")
+    assert a.dtype == b.dtype and np.array_equal(a, b)
+    check_feasible(problem, b)
 
 
 @pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off

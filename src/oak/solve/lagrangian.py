@@ -483,9 +483,23 @@ def primal_at(hulls: Hulls, prices: FloatArray) -> IntArray:
     return config.astype(np.int64)
 
 
-def repair(problem: AssignmentProblem, hulls: Hulls, choice: IntArray) -> IntArray:
+def repair(problem: AssignmentProblem, hulls: Hulls, choice: IntArray, engine: str = "auto") -> IntArray:
     """Bring every type within capacity by giving back hull increments of least slope (value per GPU) first;
-    a job on a non-hull configuration is dropped whole. Vectorised per type."""
+    a job on a non-hull configuration is dropped whole. Vectorised per type.
+
+    ``engine``: ``numpy`` (below), ``numba`` (:mod:`oak.solve.repair_kernel`: the same allocation bit for bit) or
+    ``auto``: numba above ``KERNEL_MIN_POINTS`` options or once the kernel is loaded."""
+    if engine == "numba" or (
+        engine == "auto" and (problem.value.size > KERNEL_MIN_POINTS or kernel_loaded("repair_kernel"))
+    ):
+        from oak.solve.repair_kernel import repair_kernel
+
+        fixed: IntArray = repair_kernel(
+            np.ascontiguousarray(problem.value, dtype=np.float64), problem.gpus.astype(np.int64),
+            problem.gpu_type.astype(np.int64), problem.capacity.astype(np.int64), hulls.config, hulls.dw,
+            hulls.slope, np.asarray(choice, dtype=np.int64),
+        )  # fmt: skip
+        return fixed
     choice = choice.copy()
     used = _usage(problem, choice)
     for t in np.flatnonzero(used > problem.capacity):

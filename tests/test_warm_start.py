@@ -115,6 +115,35 @@ def test_compiled_hulls_equal_numpy_hulls_where_node_shapes_share_a_gpu_count(se
     _assert_same_hulls(problem)
 
 
+@pytest.mark.portable
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), types=st.integers(1, 4), jobs=st.integers(1, 200))
+def test_compiled_grouping_equals_numpy_with_equal_values_and_invalid_groups(seed: int, types: int, jobs: int) -> None:
+    """Points grouped per (type, GPU count) compiled and in NumPy, where shapes of one count are worth the same
+    (the lowest configuration index stands for them) or are all invalid for a job: the same arrays, bit for bit."""
+    rng = np.random.default_rng(seed)
+    base = random_instance(rng, 256, types, jobs)
+    twin = rng.choice(len(base.gpus), size=max(1, len(base.gpus) // 2), replace=False)
+    extra = np.where(rng.random((jobs, len(twin))) < 0.5, base.value[:, twin], base.value[:, twin] * 1.01)
+    value = np.concatenate([extra, base.value], axis=1)  # the copies first: a tie goes to the lower index
+    valid = np.concatenate([rng.random((jobs, len(twin))) < 0.8, base.valid], axis=1)
+    valid[rng.random(jobs) < 0.2] = False  # some jobs fit nowhere: groups of −inf
+    if rng.random() < 0.3:  # a NaN wins its group, as np.maximum has it, and matches no configuration
+        later = len(twin) + int(twin[0])  # the original of copy 0: same group, after it
+        value[0, later], valid[0, later] = np.nan, True
+    problem = dataclasses.replace(
+        base,
+        value=value,
+        valid=valid,
+        gpus=np.concatenate([base.gpus[twin], base.gpus]),
+        gpu_type=np.concatenate([base.gpu_type[twin], base.gpu_type]),
+    )
+    a, b = _grouped_points(problem, "numpy"), _grouped_points(problem, "numba")
+    assert a[2].ndim == 3
+    for x, y in zip(a, b, strict=True):
+        assert x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
 @pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), jobs=st.integers(1, 300), scale=st.sampled_from([1e-3, 1.0, 3e5]))

@@ -80,3 +80,49 @@ def hull_arrays(
                 dw[t, p, i] = d
                 slope[t, p, i] = (hv[t, p + 1, i] - hv[t, p, i]) / d if d > 0 else -np.inf
     return hv, hw, hc, dw, slope
+
+
+@numba.njit(cache=True)  # type: ignore[untyped-decorator]
+def group_points(
+    value: np.ndarray,
+    valid: np.ndarray,
+    order: np.ndarray,
+    starts: np.ndarray,
+    pos: np.ndarray,
+    g_type: np.ndarray,
+    k_max: int,
+    n_types: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The values (K, T, J) and configurations (K, T, J) of :func:`oak.solve.lagrangian._grouped_points` where
+    several configurations share a (type, GPU count): per group (its configurations ``order[starts[g]:
+    starts[g+1]]``) and job, the most valuable (invalid: −inf; NaN wins, as ``np.maximum``) and the lowest
+    configuration index of that value (none equal: the largest int64, as the NumPy code)."""
+    n_jobs = value.shape[0]
+    n_cfg = len(order)
+    n_groups = len(starts)
+    pv = np.full((k_max, n_types, n_jobs), -np.inf)
+    pc = np.full((k_max, n_types, n_jobs), -1, dtype=np.int64)
+    for j in range(n_jobs):
+        for t in range(n_types):
+            pv[0, t, j] = 0.0
+    big = np.iinfo(np.int64).max
+    for g in range(n_groups):
+        lo = starts[g]
+        hi = starts[g + 1] if g + 1 < n_groups else n_cfg
+        k, t = pos[g], g_type[g]
+        for j in range(n_jobs):
+            best = -np.inf
+            for q in range(lo, hi):
+                c = order[q]
+                v = value[j, c] if valid[j, c] else -np.inf
+                if q == lo or np.isnan(v) or v > best:
+                    best = v
+            pick = big
+            for q in range(lo, hi):
+                c = order[q]
+                v = value[j, c] if valid[j, c] else -np.inf
+                if v == best and c < pick:
+                    pick = c
+            pv[k, t, j] = best
+            pc[k, t, j] = pick
+    return pv, pc

@@ -105,13 +105,14 @@ class Hulls:
     slope: FloatArray
 
 
-def _grouped_points(problem: AssignmentProblem) -> tuple[FloatArray, FloatArray, IntArray]:
+def _grouped_points(problem: AssignmentProblem, engine: str = "numpy") -> tuple[FloatArray, FloatArray, IntArray]:
     """Each job's points per type and distinct GPU count: values (K, T, J), GPUs (K, T), configurations.
 
     Slot k = 0 is the origin (none: 0 GPUs, value 0, configuration −1); among configurations of one type with
     the same GPU count (e.g. different node shapes) the most valuable one (then the first) stands for the count.
     Unused slots hold −inf values and repeat the type's largest count. Configurations are (K, T) when every
-    (type, count) has one configuration, else (K, T, J)."""
+    (type, count) has one configuration, else (K, T, J); then ``engine`` ``numba`` groups them compiled
+    (:func:`oak.solve.hull_kernel.group_points`: the same arrays bit for bit)."""
     n_jobs = problem.num_jobs
     n_types = len(problem.capacity)
     gpus = problem.gpus.astype(np.int64)
@@ -131,8 +132,16 @@ def _grouped_points(problem: AssignmentProblem) -> tuple[FloatArray, FloatArray,
     pv[0] = 0.0
     pw = np.zeros((k_max, n_types))
     pw[pos, g_type] = w_sorted[starts]
-    masked = np.where(problem.valid, problem.value, -np.inf).T  # (C, J)
     pc: IntArray
+    if len(starts) < n_cfg and engine == "numba":
+        from oak.solve.hull_kernel import group_points
+
+        pv, pc = group_points(
+            np.ascontiguousarray(problem.value, dtype=np.float64), np.ascontiguousarray(problem.valid), order,
+            starts, pos, g_type, k_max, n_types,
+        )  # fmt: skip
+        return pv, np.maximum.accumulate(pw, axis=0), pc
+    masked = np.where(problem.valid, problem.value, -np.inf).T  # (C, J)
     if len(starts) == n_cfg:
         pv[pos, g_type] = masked[order]
         pc = np.full((k_max, n_types), -1, dtype=np.int64)
@@ -160,12 +169,15 @@ def build_hulls(problem: AssignmentProblem, engine: str = "auto") -> Hulls:
     (:func:`oak.solve.assignment.kernel_loaded`)."""
     n_jobs = problem.num_jobs
     n_types = len(problem.capacity)
-    pv, pw, pc = _grouped_points(problem)
+    compiled = engine == "numba" or (
+        engine == "auto" and (problem.value.size > KERNEL_MIN_POINTS or kernel_loaded("hull_kernel"))
+    )
+    pv, pw, pc = _grouped_points(problem, "numba" if compiled else "numpy")
     k_max = pv.shape[0]
     n_rows = n_types * n_jobs
     v_all = pv.reshape(k_max, n_rows)
     row_type = np.repeat(np.arange(n_types), n_jobs)  # row r = t·J + i
-    if engine == "numba" or (engine == "auto" and (k_max * n_rows > KERNEL_MIN_POINTS or kernel_loaded("hull_kernel"))):
+    if compiled or (engine == "auto" and k_max * n_rows > KERNEL_MIN_POINTS):
         from oak.solve.hull_kernel import hull_arrays
 
         pc_rows = pc[:, row_type] if pc.ndim == 2 else pc.reshape(k_max, n_rows)

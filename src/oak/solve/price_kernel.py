@@ -3,9 +3,9 @@
 Coordinate descent over the per-type prices with an exact line search: with the other prices fixed, each job's
 demand for type t falls at the thresholds θ_ik = min(s_ik, λ*_i) of its hull increments, and the minimiser is the
 threshold at which the demand, summed from the highest threshold down, first exceeds the type's capacity. The
-kernel computes the same quantities in the same floating-point expressions as the NumPy code; it sorts all the
-thresholds where NumPy first tries a window around the previous price (the answer is the same threshold value:
-the weights are GPU counts, whose sums are exact in any order), and it sums the dual value in NumPy's pairwise
+kernel computes the same quantities in the same floating-point expressions as the NumPy code; it selects the
+threshold by partitions (expected linear time) where NumPy sorts a window around the previous price first (the
+answer is the same threshold value: the weights are GPU counts, whose sums are exact in any order), and it sums the dual value in NumPy's pairwise
 order, so both stop after the same pass with the same prices (tests/test_warm_start.py). Imported only for large
 rounds, so ``import oak`` does not load numba.
 """
@@ -77,13 +77,50 @@ def _line_search(
                 n += 1
     if total <= cap:
         return 0.0
-    order = np.argsort(-theta[:n], kind="mergesort")
-    acc = 0.0
-    for j in range(n):
-        acc += weight[order[j]]
-        if acc > cap:
-            return float(theta[order[j]])
-    return 0.0  # cannot happen: the weights sum above the capacity
+    return _weighted_select(theta, weight, n, cap)
+
+
+@numba.njit(cache=True)  # type: ignore[untyped-decorator]
+def _weighted_select(theta: np.ndarray, weight: np.ndarray, n: int, cap: float) -> float:
+    """The threshold at which the weight, summed over ``theta[:n]`` from the highest down, first exceeds ``cap``
+    (the weights sum above it). A selection by three-way partitions around a pivot (expected O(n)) instead of a
+    sort: the answer is a threshold value, the same whatever the order among equal thresholds, and the partial sums
+    are sums of whole GPU counts, exact in any order. Reorders ``theta[:n]`` and ``weight[:n]`` in place."""
+    lo, hi = 0, n
+    above = 0.0  # weight of the thresholds known to lie above the range lo:hi
+    while True:
+        a, b, c = theta[lo], theta[(lo + hi) // 2], theta[hi - 1]  # median of three
+        pivot = max(min(a, b), min(max(a, b), c))
+        # three-way partition of lo:hi: > pivot, == pivot, < pivot
+        i, lt, gt = lo, lo, hi
+        while i < gt:
+            x = theta[i]
+            if x > pivot:
+                theta[i], theta[lt] = theta[lt], theta[i]
+                weight[i], weight[lt] = weight[lt], weight[i]
+                lt += 1
+                i += 1
+            elif x < pivot:
+                gt -= 1
+                theta[i], theta[gt] = theta[gt], theta[i]
+                weight[i], weight[gt] = weight[gt], weight[i]
+            else:
+                i += 1
+        w_gt = 0.0
+        for j in range(lo, lt):
+            w_gt += weight[j]
+        if above + w_gt > cap:
+            hi = lt
+            continue
+        w_eq = 0.0
+        for j in range(lt, gt):
+            w_eq += weight[j]
+        if above + w_gt + w_eq > cap:
+            return float(pivot)
+        above += w_gt + w_eq
+        lo = gt
+        if lo >= hi:
+            return 0.0  # cannot happen: the weights sum above the capacity
 
 
 @numba.njit(cache=True)  # type: ignore[untyped-decorator]

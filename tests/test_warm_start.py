@@ -198,16 +198,28 @@ def test_compiled_local_search_equals_numpy_bit_for_bit(
     assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
+def test_compiled_price_search_ends_on_a_negative_capacity() -> None:
+    """No round has a negative capacity, but the compiled line search must end on one as NumPy's does: the first
+    threshold from the top already exceeds it."""
+    hulls = build_hulls(random_instance(np.random.default_rng(0), 16, 1, 6))
+    a = minimise_dual(hulls, np.array([-1.0]), engine="numpy", max_passes=2)
+    b = minimise_dual(hulls, np.array([-1.0]), engine="numba", max_passes=2)
+    assert np.array_equal(a[0], b[0]) and a[1] == b[1] and a[0][0] > 0
+
+
 @pytest.mark.portable  # the kernels must equal NumPy with every SIMD kernel and with the widest off
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), gpus=st.sampled_from([48, 256, 1024]), types=st.integers(1, 4),
-       jobs=st.integers(1, 300), warm=st.booleans())  # fmt: skip
+       jobs=st.integers(1, 300), warm=st.booleans(), first=st.sampled_from([None, 0.0]))  # fmt: skip
 def test_compiled_price_search_equals_numpy_bit_for_bit(
-    seed: int, gpus: int, types: int, jobs: int, warm: bool
+    seed: int, gpus: int, types: int, jobs: int, warm: bool, first: float | None
 ) -> None:
+    """Also with the first type's capacity gone (every node of the type down)."""
     problem = snapped(random_instance(np.random.default_rng(seed), gpus, types, jobs))
     hulls = build_hulls(problem)
     capacity = problem.capacity.astype(np.float64)
+    if first is not None:
+        capacity[0] = first
     start = np.random.default_rng(seed + 1).uniform(0.0, 0.2, size=types) if warm else np.zeros(types)
     a = minimise_dual(hulls, capacity, start, warm=warm, engine="numpy")
     b = minimise_dual(hulls, capacity, start, warm=warm, engine="numba")
@@ -423,6 +435,25 @@ def test_twins_with_options_of_equal_worth_take_them_in_configuration_order(engi
     problem = dataclasses.replace(base, value=value, valid=valid)
     out = canonical_twins(problem, np.array([1, -1, 0, -1]), engine=engine)
     assert out.tolist() == [0, -1, 1, -1]
+
+
+@pytest.mark.parametrize(
+    "row",
+    [[np.nan, 1.0, 2.0], [np.inf, -np.inf, 1.0, 2.0], [1e308, 1e308, -1e308, -1e308, 0.0, 0.0, 1.0, 2.0]],
+    ids=["nan", "both-infinities", "sum-overflows"],
+)
+def test_twins_with_non_finite_fingerprints_are_dealt_as_numpy_deals_them(row: list[float]) -> None:
+    """Rows whose NumPy fingerprint is NaN (a NaN value, +inf with −inf, finite values whose pairwise sum is
+    inf − inf) have no twin in the NumPy code, as NaN equals nothing; the compiled pass agrees."""
+    n = 3
+    value = np.array([row] * n)
+    problem = AssignmentProblem(
+        value, np.ones(value.shape, bool), np.ones(len(row), np.int64), np.zeros(len(row), np.int64), np.array([64])
+    )
+    choice = np.array([len(row) - 1, -1, len(row) - 2])
+    with np.errstate(invalid="ignore"):
+        want = canonical_twins(problem, choice, engine="numpy")
+    assert np.array_equal(canonical_twins(problem, choice, engine="numba"), want)
 
 
 def _twins_by_sorting_all_rows(problem: AssignmentProblem, choice: np.ndarray) -> np.ndarray:

@@ -272,17 +272,19 @@ def canonical_twins(problem: AssignmentProblem, choice: IntArray, engine: str = 
     one of them whatever path the solver took (a warm and a cold start reach the same optimum).
 
     ``engine``: ``numpy`` (below), ``numba`` (:mod:`oak.solve.twins_kernel`: one pass, the same groups, the same
-    answer) or ``auto``: numba above ``SNAP_KERNEL_MIN`` entries or once that kernel is loaded."""
+    answer; float64 values, as every snapped round's) or ``auto``: numba for float64 values above
+    ``SNAP_KERNEL_MIN`` entries or once that kernel is loaded."""
     n_jobs, n_cfg = problem.value.shape
     if n_jobs < 2 or n_cfg == 0:
         return choice
-    if engine == "numba" or (
-        engine == "auto" and (problem.value.size > SNAP_KERNEL_MIN or kernel_loaded("twins_kernel"))
+    if problem.value.dtype == np.float64 and (
+        engine == "numba"
+        or (engine == "auto" and (problem.value.size > SNAP_KERNEL_MIN or kernel_loaded("twins_kernel")))
     ):
         from oak.solve.twins_kernel import twins_deal
 
         out: IntArray = twins_deal(
-            np.ascontiguousarray(problem.value, dtype=np.float64), np.ascontiguousarray(problem.valid), choice
+            np.ascontiguousarray(problem.value), np.ascontiguousarray(problem.valid), np.asarray(choice, np.int64)
         )
         return out
     # rows that differ in a fingerprint differ: only jobs whose fingerprints collide can be twins

@@ -162,7 +162,7 @@ def core_options(
     ``loss_all``, ``room``, each option's configuration (−1: none)). Options per job: none first (when within
     the limit), then configurations in index order; a job's single option is its first; the fixed jobs' loss is
     summed in job order as NumPy sums. Status FOUND (arrays valid), EMPTY or TOO_BIG (more than ``max_jobs``
-    undecided jobs)."""
+    undecided jobs). Float64 tables, as ``solve_core`` builds them."""
     n_jobs, n_cfg = delta.shape
     n_types = len(capacity)
     empty_i = np.empty(0, dtype=np.int64)

@@ -96,7 +96,9 @@ def group_points(
     """The values (K, T, J) and configurations (K, T, J) of :func:`oak.solve.lagrangian._grouped_points` where
     several configurations share a (type, GPU count): per group (its configurations ``order[starts[g]:
     starts[g+1]]``) and job, the most valuable (invalid: −inf; NaN wins, as ``np.maximum``) and the lowest
-    configuration index of that value (none equal: the largest int64, as the NumPy code)."""
+    configuration index of that value (none equal: the largest int64, as the NumPy code). Where +0.0 and −0.0 tie
+    for the maximum the first is kept, which ``np.maximum`` need not do: values equal in every comparison, and the
+    configuration picked the same."""
     n_jobs = value.shape[0]
     n_cfg = len(order)
     n_groups = len(starts)

@@ -2,7 +2,9 @@
 
 ``np.sum`` over a contiguous float64 axis adds blocks of at most 128 terms with eight accumulators (a plain loop
 below eight terms, starting from −0.0) and adds halves cut at a multiple of 8 above; :func:`pairwise_sum` does the
-same with the recursion on an explicit stack (numba's cache cannot hold self-recursive functions). Used by Hybrid
+same with the recursion on an explicit stack (numba's cache cannot hold self-recursive functions). One difference,
+in the sign of zero only: a sum of zeros that are all −0.0 is −0.0 here and +0.0 from NumPy 2.4 (equal in every
+comparison, so no decision can see it). Used by Hybrid
 OAK's NSGA-II kernel and the round solver's price search (tests/test_warm_start.py checks it against ``np.sum``).
 """
 

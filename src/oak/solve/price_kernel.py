@@ -85,7 +85,16 @@ def _weighted_select(theta: np.ndarray, weight: np.ndarray, n: int, cap: float) 
     """The threshold at which the weight, summed over ``theta[:n]`` from the highest down, first exceeds ``cap``
     (the weights sum above it). A selection by three-way partitions around a pivot (expected O(n)) instead of a
     sort: the answer is a threshold value, the same whatever the order among equal thresholds, and the partial sums
-    are sums of whole GPU counts, exact in any order. Reorders ``theta[:n]`` and ``weight[:n]`` in place."""
+    are sums of whole GPU counts, exact in any order. Reorders ``theta[:n]`` and ``weight[:n]`` in place. A
+    negative ``cap`` is exceeded by the first threshold: the highest."""
+    if n == 0:
+        return 0.0
+    if cap < 0:
+        top = theta[0]
+        for j in range(1, n):
+            if theta[j] > top:
+                top = theta[j]
+        return float(top)
     lo, hi = 0, n
     above = 0.0  # weight of the thresholds known to lie above the range lo:hi
     while True:

@@ -4,8 +4,9 @@ Jobs are twins when their rows are the same bits: valid in the same configuratio
 invalid entry reads as NaN, as the NumPy code's ``where(valid, value, nan)``). A 64-bit hash of each row's bits
 orders the rows (stable, so job order within a hash); each run of equal hashes is split into groups of identical
 rows by comparing the bits, and each group's options go to its jobs in ascending index, the most valuable option
-first (then the lower configuration index). The groups are the NumPy code's, so the answer is the same;
-imported only for rounds beyond the DP.
+first (then the lower configuration index). A row whose NumPy fingerprint (its valid values summed in NumPy's
+pairwise order, plus their count) is NaN has no twin there, as NaN equals nothing: so here too. The groups are the
+NumPy code's, so the answer is the same (float64 values); imported only for rounds beyond the DP.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 import numba  # type: ignore[import-untyped]
 import numpy as np
+
+from oak.solve.pairwise_kernel import pairwise_sum
 
 _NAN_BITS = np.array([np.nan]).view(np.uint64)[0]
 
@@ -32,7 +35,14 @@ def twins_deal(value: Any, valid: Any, choice: Any) -> Any:
         return out
     bits = value.view(np.uint64)
     h = np.empty(n_jobs, dtype=np.uint64)
+    alone = np.zeros(n_jobs, dtype=np.bool_)  # a NaN fingerprint: no twin (the NumPy code's equality fails)
+    row = np.empty(n_cfg)
     for i in range(n_jobs):
+        count = 0
+        for j in range(n_cfg):
+            row[j] = value[i, j] if valid[i, j] else 0.0
+            count += 1 if valid[i, j] else 0
+        alone[i] = np.isnan(pairwise_sum(row, 0, n_cfg) + count)
         x = np.uint64(14695981039346656037)
         for j in range(n_cfg):
             x = (x ^ _row_bits(bits, valid, i, j)) * np.uint64(1099511628211)
@@ -49,13 +59,13 @@ def twins_deal(value: Any, valid: Any, choice: Any) -> Any:
         while hi < n_jobs and h[order[hi]] == h[order[lo]]:
             hi += 1
         for a in range(lo, hi):  # the run's groups of identical rows, each led by its first job
-            if hi - lo < 2 or group[a] >= 0:
+            if hi - lo < 2 or group[a] >= 0 or alone[order[a]]:
                 continue
             group[a] = a
             m = 1
             members[0] = order[a]
             for b in range(a + 1, hi):
-                if group[b] >= 0:
+                if group[b] >= 0 or alone[order[b]]:
                     continue
                 same = True
                 for j in range(n_cfg):

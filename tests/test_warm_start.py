@@ -451,7 +451,7 @@ def test_twins_with_non_finite_fingerprints_are_dealt_as_numpy_deals_them(row: l
         value, np.ones(value.shape, bool), np.ones(len(row), np.int64), np.zeros(len(row), np.int64), np.array([64])
     )
     choice = np.array([len(row) - 1, -1, len(row) - 2])
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         want = canonical_twins(problem, choice, engine="numpy")
     assert np.array_equal(canonical_twins(problem, choice, engine="numba"), want)
 

@@ -115,23 +115,8 @@ def _grouped_points(problem: AssignmentProblem, engine: str = "numpy") -> tuple[
     (:func:`oak.solve.hull_kernel.group_points`: the same arrays bit for bit)."""
     n_jobs = problem.num_jobs
     n_types = len(problem.capacity)
-    gpus = problem.gpus.astype(np.int64)
-    gtype = problem.gpu_type.astype(np.int64)
-    order = np.lexsort((gpus, gtype))
-    t_sorted, w_sorted = gtype[order], gpus[order]
+    first, order, starts, g_type, pos, k_max, pw = _point_slots(problem.gpus, problem.gpu_type, n_types)
     n_cfg = len(order)
-    first = np.ones(n_cfg, dtype=bool)
-    if n_cfg > 1:
-        first[1:] = (t_sorted[1:] != t_sorted[:-1]) | (w_sorted[1:] != w_sorted[:-1])
-    starts = np.flatnonzero(first)
-    g_type = t_sorted[starts]
-    type_start = np.searchsorted(g_type, np.arange(n_types))
-    pos = np.arange(len(starts)) - type_start[g_type] + 1
-    k_max = int(pos.max(initial=0)) + 1
-    pv = np.full((k_max, n_types, n_jobs), -np.inf)
-    pv[0] = 0.0
-    pw = np.zeros((k_max, n_types))
-    pw[pos, g_type] = w_sorted[starts]
     pc: IntArray
     if len(starts) < n_cfg and engine == "numba":
         from oak.solve.hull_kernel import group_points
@@ -140,7 +125,9 @@ def _grouped_points(problem: AssignmentProblem, engine: str = "numpy") -> tuple[
             np.ascontiguousarray(problem.value, dtype=np.float64), np.ascontiguousarray(problem.valid), order,
             starts, pos, g_type, k_max, n_types,
         )  # fmt: skip
-        return pv, np.maximum.accumulate(pw, axis=0), pc
+        return pv, pw.copy(), pc
+    pv = np.full((k_max, n_types, n_jobs), -np.inf)
+    pv[0] = 0.0
     masked = np.where(problem.valid, problem.value, -np.inf).T  # (C, J)
     if len(starts) == n_cfg:
         pv[pos, g_type] = masked[order]
@@ -155,7 +142,47 @@ def _grouped_points(problem: AssignmentProblem, engine: str = "numpy") -> tuple[
         pv[pos, g_type] = group_value
         pc = np.full((k_max, n_types, n_jobs), -1, dtype=np.int64)
         pc[pos, g_type] = np.minimum.reduceat(idx, starts, axis=0)
-    return pv, np.maximum.accumulate(pw, axis=0), pc
+    return pv, pw.copy(), pc
+
+
+#: The slots of the last few configuration sets (``_point_slots``): rounds of one cluster share theirs.
+_SLOTS: dict[tuple[bytes, bytes, int], tuple[BoolArray, IntArray, IntArray, IntArray, IntArray, int, FloatArray]] = {}
+
+
+def _point_slots(
+    gpus_in: IntArray, gtype_in: IntArray, n_types: int
+) -> tuple[BoolArray, IntArray, IntArray, IntArray, IntArray, int, FloatArray]:
+    """Where each configuration's point goes in ``_grouped_points``: the configurations by (type, GPUs) (``order``),
+    which start a (type, GPU count) group (``first``, ``starts``), each group's type and slot, the slots per type and
+    the GPUs per slot (K, T; unused slots repeat the type's largest count). A function of the configurations alone,
+    kept for the last few sets (arrays read only)."""
+    gpus = np.asarray(gpus_in).astype(np.int64)
+    gtype = np.asarray(gtype_in).astype(np.int64)
+    key = (gpus.tobytes(), gtype.tobytes(), n_types)
+    hit = _SLOTS.get(key)
+    if hit is not None:
+        return hit
+    order = np.lexsort((gpus, gtype))
+    t_sorted, w_sorted = gtype[order], gpus[order]
+    n_cfg = len(order)
+    first = np.ones(n_cfg, dtype=bool)
+    if n_cfg > 1:
+        first[1:] = (t_sorted[1:] != t_sorted[:-1]) | (w_sorted[1:] != w_sorted[:-1])
+    starts = np.flatnonzero(first)
+    g_type = t_sorted[starts]
+    type_start = np.searchsorted(g_type, np.arange(n_types))
+    pos = np.arange(len(starts)) - type_start[g_type] + 1
+    k_max = int(pos.max(initial=0)) + 1
+    pw = np.zeros((k_max, n_types))
+    pw[pos, g_type] = w_sorted[starts]
+    pw = np.maximum.accumulate(pw, axis=0)
+    slots = (first, order, starts, g_type, pos, k_max, pw)
+    for a in (first, order, starts, g_type, pos, pw):
+        a.flags.writeable = False
+    if len(_SLOTS) >= 8:
+        _SLOTS.pop(next(iter(_SLOTS)))
+    _SLOTS[key] = slots
+    return slots
 
 
 def build_hulls(problem: AssignmentProblem, engine: str = "auto") -> Hulls:

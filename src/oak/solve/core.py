@@ -33,7 +33,8 @@ DEEPEN_ABOVE = 12
 #: below, the NumPy loop costs less than loading numba.
 KERNEL_MIN_OPTIONS = 300
 
-#: ... and its set-up too above this many (job, configuration) entries.
+#: ``_core_dp``'s set-up runs compiled (``core_kernel.core_options``) above this many (job, configuration) entries,
+#: or once the kernel is loaded.
 KERNEL_MIN_TABLE = 20_000
 
 #: Give up (return None) when more jobs than this have several options within the budget.

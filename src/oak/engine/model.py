@@ -173,6 +173,12 @@ class ClusterModel:
         self._flat = (list(holding), owners, ids)
         return owners, ids
 
+    def progress_rates(self, st: JobsState, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Jobs ``idx``'s epochs at their progress and their progress rates on the shapes they hold (calibrated)."""
+        e = self.tables.epochs(idx, st.progress[idx])
+        rows = self.tables.rows(idx, e)
+        return e, np.asarray(self.tables.rate_at(rows, st.shape[idx]) / self.calibration[idx])
+
     @staticmethod
     def _work_known(st: JobsState, active: np.ndarray) -> BoolArray | None:
         """The world's word (a runtime's ``JobsState.work_known``), else the beliefs' (``oak replay``), else None."""

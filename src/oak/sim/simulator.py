@@ -603,11 +603,10 @@ class Simulator:
 
     def _shape_rates(self, st: JobsState, idx: np.ndarray, record_epoch: bool = False) -> np.ndarray:
         """Progress rates of jobs ``idx`` on their current shapes at their current epochs."""
-        e = self.model.tables.epochs(idx, st.progress[idx])
+        e, rates = self.model.progress_rates(st, idx)
         if record_epoch:
             st.epoch[idx] = e
-        rows = self.model.tables.rows(idx, e)
-        return np.asarray(self.model.tables.rate_at(rows, st.shape[idx]) / self.model.calibration[idx])
+        return rates
 
     def _take_credit(self, st: JobsState, idx: np.ndarray) -> None:
         """Jobs ``idx`` end their (re)start's delay: the steps they took during it, at the rate of their shape."""
@@ -853,8 +852,7 @@ class _Checkpoints:
             return
         left = np.full(len(held), np.inf)
         if self.policy == "advised" and len(held):  # the running time each job has left at its current rate
-            e = model.tables.epochs(held, st.progress[held])
-            speed = model.tables.rate_at(model.tables.rows(held, e), st.shape[held]) / model.calibration[held]
+            _, speed = model.progress_rates(st, held)
             with np.errstate(divide="ignore", invalid="ignore"):
                 left = np.where(speed > 0, (model.total[held] - st.progress[held]) / speed, np.inf)
         for i, c, remaining in zip(held.tolist(), write.tolist(), left.tolist(), strict=True):

@@ -109,7 +109,7 @@ def snap_values(
     if (
         value.ndim == 2
         and value.dtype == np.float64
-        and (engine == "numba" or (engine == "auto" and (value.size > SNAP_KERNEL_MIN or kernel_loaded("snap_kernel"))))
+        and use_kernel(engine, value.size > SNAP_KERNEL_MIN, "snap_kernel")
     ):  # float64 values only: other types keep NumPy's arithmetic in their own precision
         from oak.solve.snap_kernel import snap_grid
 
@@ -197,6 +197,12 @@ def kernel_loaded(kernel: str) -> bool:
     return f"oak.solve.{kernel}" in sys.modules
 
 
+def use_kernel(engine: str, large: bool, kernel: str) -> bool:
+    """Whether a function with an ``engine`` argument runs compiled: ``numba`` always, ``auto`` for a ``large``
+    input or once ``oak.solve.<kernel>`` is loaded (``kernel_loaded``), ``numpy`` never."""
+    return engine == "numba" or (engine == "auto" and (large or kernel_loaded(kernel)))
+
+
 def dp_states(capacity: IntArray) -> float:
     """The exact DP's state space for these capacities: the product of (capacity + 1) over GPU types."""
     states = 1.0
@@ -277,10 +283,7 @@ def canonical_twins(problem: AssignmentProblem, choice: IntArray, engine: str = 
     n_jobs, n_cfg = problem.value.shape
     if n_jobs < 2 or n_cfg == 0:
         return choice
-    if problem.value.dtype == np.float64 and (
-        engine == "numba"
-        or (engine == "auto" and (problem.value.size > SNAP_KERNEL_MIN or kernel_loaded("twins_kernel")))
-    ):
+    if problem.value.dtype == np.float64 and use_kernel(engine, problem.value.size > SNAP_KERNEL_MIN, "twins_kernel"):
         from oak.solve.twins_kernel import twins_deal
 
         out: IntArray = twins_deal(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from oak.model.snapshot import BoolArray, FloatArray, IntArray
-from oak.solve.assignment import AssignmentProblem, dot, kernel_loaded
+from oak.solve.assignment import AssignmentProblem, dot, use_kernel
 
 #: Give up (return None) when a step would hold more partial allocations than this.
 MAX_CORE_STATES = 20_000
@@ -179,9 +179,7 @@ def _core_dp(
     gtype = problem.gpu_type.astype(np.int64)
     capacity = problem.capacity.astype(np.int64)
     limit = float(budget + tol)
-    compiled = engine == "numba" or (
-        engine == "auto" and n_types < 8 and (delta.size > KERNEL_MIN_TABLE or kernel_loaded("core_kernel"))
-    )
+    compiled = engine == "numba" or (n_types < 8 and use_kernel(engine, delta.size > KERNEL_MIN_TABLE, "core_kernel"))
     if compiled:
         from oak.solve.core_kernel import core_options
 
@@ -197,8 +195,8 @@ def _core_dp(
     if n_multi == 0:
         idle_cost = float(dot(capacity - usage[0], prices))
         return choice if loss[0] + idle_cost <= limit else "empty"
-    big = compiled or len(cfg_all) * n_types > KERNEL_MIN_OPTIONS or kernel_loaded("core_kernel")
-    if engine == "numba" or (engine == "auto" and n_types < 8 and big):
+    big = compiled or len(cfg_all) * n_types > KERNEL_MIN_OPTIONS
+    if engine == "numba" or (n_types < 8 and use_kernel(engine, big, "core_kernel")):
         from oak.solve.core_kernel import core_programme
 
         status, picked = core_programme(

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oak.model.snapshot import BoolArray, FloatArray, IntArray
-from oak.solve.assignment import AssignmentProblem, dot, kernel_loaded
+from oak.solve.assignment import AssignmentProblem, dot, use_kernel
 
 #: Passes of coordinate descent over the prices, at most.
 MAX_PASSES = 60
@@ -196,9 +196,7 @@ def build_hulls(problem: AssignmentProblem, engine: str = "auto") -> Hulls:
     (:func:`oak.solve.assignment.kernel_loaded`)."""
     n_jobs = problem.num_jobs
     n_types = len(problem.capacity)
-    compiled = engine == "numba" or (
-        engine == "auto" and (problem.value.size > KERNEL_MIN_POINTS or kernel_loaded("hull_kernel"))
-    )
+    compiled = use_kernel(engine, problem.value.size > KERNEL_MIN_POINTS, "hull_kernel")
     pv, pw, pc = _grouped_points(problem, "numba" if compiled else "numpy")
     k_max = pv.shape[0]
     n_rows = n_types * n_jobs
@@ -353,9 +351,7 @@ def minimise_dual(
     (the same search compiled, :mod:`oak.solve.price_kernel`: the same prices and passes) or ``auto``: numba
     above ``KERNEL_MIN_POINTS`` hull points or once the kernel is loaded."""
     n_types = hulls.value.shape[0]
-    if engine == "numba" or (
-        engine == "auto" and (hulls.value.size > KERNEL_MIN_POINTS or kernel_loaded("price_kernel"))
-    ):
+    if use_kernel(engine, hulls.value.size > KERNEL_MIN_POINTS, "price_kernel"):
         from oak.solve.price_kernel import minimise_dual_kernel
 
         start = np.zeros(n_types) if prices is None else np.asarray(prices, dtype=np.float64)
@@ -528,9 +524,7 @@ def repair(problem: AssignmentProblem, hulls: Hulls, choice: IntArray, engine: s
 
     ``engine``: ``numpy`` (below), ``numba`` (:mod:`oak.solve.repair_kernel`: the same allocation bit for bit) or
     ``auto``: numba above ``KERNEL_MIN_POINTS`` options or once the kernel is loaded."""
-    if engine == "numba" or (
-        engine == "auto" and (problem.value.size > KERNEL_MIN_POINTS or kernel_loaded("repair_kernel"))
-    ):
+    if use_kernel(engine, problem.value.size > KERNEL_MIN_POINTS, "repair_kernel"):
         from oak.solve.repair_kernel import repair_kernel
 
         fixed: IntArray = repair_kernel(
@@ -608,9 +602,7 @@ def improve(
     gpus = problem.gpus.astype(np.int64)
     gtype = problem.gpu_type.astype(np.int64)
     n_types = len(problem.capacity)
-    if engine == "numba" or (
-        engine == "auto" and (problem.value.size > KERNEL_MIN_POINTS or kernel_loaded("improve_kernel"))
-    ):
+    if use_kernel(engine, problem.value.size > KERNEL_MIN_POINTS, "improve_kernel"):
         from oak.solve.improve_kernel import improve_kernel
 
         free0 = (problem.capacity - _usage(problem, choice)).astype(np.int64)

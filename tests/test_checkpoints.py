@@ -92,6 +92,20 @@ def test_a_failure_loses_the_running_time_since_the_last_checkpoint(tmp_path: Pa
     assert lost_all - free == pytest.approx(50.0 + 250.0, rel=1e-9)
 
 
+def test_lossless_checkpoints_lose_nothing_and_cost_nothing(tmp_path: Path) -> None:
+    """The bound of the checkpoint study: no write time (the job runs as without periodic checkpoints) and the
+    crash 250 s into its running costs only the restore it triggers (50 s), where every interval loses more."""
+    log = tmp_path / "log.csv"
+    log.write_text("time_s,job,node,kind,down_s\n300,a,,crash,\n")
+    free, _, _ = _run("none")
+    base, ckpt, _ = _run("lossless")
+    assert base == pytest.approx(free, rel=1e-12) and ckpt == 0.0
+    crashed, ckpt, _ = _run("lossless", log)
+    assert crashed - base == pytest.approx(50.0, rel=1e-9) and ckpt == 0.0
+    interval, _, _ = _run("fixed:100", log)
+    assert interval - _run("fixed:100")[0] > crashed - base + 1.0
+
+
 def test_young_daly_interval_from_the_failure_rate() -> None:
     """Per-job coin λ per 60 s round: MTBF = 60/λ s, the period √(2·C·MTBF) + C; with λ so small that the job
     never fails, its checkpoint share of running time is exactly C / period."""

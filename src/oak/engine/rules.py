@@ -83,7 +83,9 @@ class PhysicsOptions:
     (every √(2·C·MTBF) s, MTBF from the failure rate of what the job holds: λ's coin, the software rate, and
     each of its nodes' rate as observed so far — the model's mean rate as a prior worth one failure — plus
     its racks'; recomputed at every decision), "advised" (``advised_checkpoint_interval``: Young/Daly with the end
-    of the job's run in view, from its remaining work at its current rate — what the scheduler advises).
+    of the job's run in view, from its remaining work at its current rate — what the scheduler advises),
+    "lossless" (checkpoints cost nothing and a failure loses no work, only its restore: the limit no interval
+    reaches, a bound on what any interval can save).
     """
 
     round_s: float = 60.0
@@ -196,8 +198,9 @@ FIELD_HELP: dict[str, str] = {
     "failure_model": "Hardware failure model NAME[:key=value,...] ('oak failures list'): paper (λ only), llama3, rsc1, "
     "lemon, domain; e.g. llama3:scale=300. Its events add to --failure-rate's.",
     "checkpoint_policy": "'implicit' (free checkpoints, as --lost-work says), 'none', 'fixed:S' (every S s), "
-    "'young-daly' (each job's interval from its checkpoint cost and failure rate) or 'advised' (Young/Daly with the "
-    "end of the job's run in view: what oak advises); checkpoints cost time.",
+    "'young-daly' (each job's interval from its checkpoint cost and failure rate), 'advised' (Young/Daly with the "
+    "end of the job's run in view: what oak advises) or 'lossless' (free checkpoints that lose nothing: a bound); "
+    "checkpoints cost time.",
     "goodput": "'known' (policies see every job's true goodput) or 'learned' (fitted online from noisy step times "
     "at the sizes a job has run, with a 1-GPU start and a 2x exploration cap, as oak serve does).",
 }
@@ -217,7 +220,7 @@ def rules_of(physics: PhysicsOptions) -> str:
     return "sia-artifact" if all(getattr(physics, k) == v for k, v in SIA_ARTIFACT_RULES.items()) else "default"
 
 
-CHECKPOINT_POLICIES = ("implicit", "none", "young-daly", "advised", "fixed:S")
+CHECKPOINT_POLICIES = ("implicit", "none", "young-daly", "advised", "lossless", "fixed:S")
 
 
 def advised_checkpoint_interval(write_s: float, rate_per_s: float, remaining_s: float = math.inf) -> float:
@@ -247,7 +250,7 @@ def advised_checkpoint_interval(write_s: float, rate_per_s: float, remaining_s: 
 def checkpoint_interval(policy: str) -> float | None:
     """The fixed interval (s) of ``policy`` ("fixed:S"); None for the other policies (``CHECKPOINT_POLICIES``);
     OakInputError for anything else."""
-    if policy in ("implicit", "none", "young-daly", "advised"):
+    if policy in ("implicit", "none", "young-daly", "advised", "lossless"):
         return None
     kind, _, value = policy.partition(":")
     if kind == "fixed":
@@ -258,6 +261,7 @@ def checkpoint_interval(policy: str) -> float | None:
         if math.isfinite(seconds) and 0 < seconds <= MAX_TIME_S:
             return seconds
     raise OakInputError(
-        f"physics checkpoint_policy={policy!r}: expected implicit, none, young-daly, advised or fixed:S with S a number of "
+        f"physics checkpoint_policy={policy!r}: expected implicit, none, young-daly, advised, lossless or fixed:S with S a "
+        "number of "
         f"seconds in (0, {MAX_TIME_S:g}]"
     )

@@ -506,6 +506,9 @@ class Simulator:
         whose P_restart is 0 checkpoints for free and loses nothing. The lost progress is valued at the job's
         rate on its configuration (also while it restores, when it makes none)."""
         ph = self.model.physics
+        if self._ckpt is not None and self._ckpt.lossless:  # free checkpoints at every step: nothing lost
+            st.ckpt_tprog[i] = st.t_progress[i]
+            return
         if self._ckpt is not None:  # periodic checkpoints: the progress since the last one is lost
             rate = float(self._shape_rates(st, np.array([i]))[0])
             self._lose_since(st, i, float(st.ckpt_period[i]), rate, timer=True)
@@ -631,7 +634,9 @@ class Simulator:
         ph = self.model.physics
         for i in idx:
             self._end_exit(st, int(i))
-            if self._ckpt is not None:
+            if self._ckpt is not None and self._ckpt.lossless:
+                st.ckpt_tprog[i] = st.t_progress[i]  # free checkpoints at every step: nothing lost
+            elif self._ckpt is not None:
                 self._lose_since(st, int(i), float(st.ckpt_period[i]), float(st.rate[i]), timer=True)
             elif self._lost is not None and self._lost[i] > 0:  # a run's measured loss per failure
                 self._lose_since(st, int(i), math.inf, float(st.rate[i]), at_most=float(self._lost[i]))
@@ -770,7 +775,8 @@ class _Checkpoints:
     per round, the software rate, and per node it holds the node's rate as observed so far (its failures + 1
     over the time since the run began + 1 / the model's mean rate: the mean rate as a prior worth one failure),
     per rack the domain rate. What a scheduler can know: the rates it was told and the failures it saw. "advised":
-    ``advised_checkpoint_interval`` of the same C and rate and the job's running time left at its current rate."""
+    ``advised_checkpoint_interval`` of the same C and rate and the job's running time left at its current rate.
+    "lossless": no write time and no work lost (the limit of every interval, for a bound)."""
 
     def __init__(
         self,
@@ -783,6 +789,8 @@ class _Checkpoints:
     ) -> None:
         self.policy = physics.checkpoint_policy
         self.fixed = checkpoint_interval(physics.checkpoint_policy)
+        #: "lossless": checkpoints that cost nothing and lose nothing (no write time, a failure costs its restore)
+        self.lossless = self.policy == "lossless"
         self.failures, self.failure_rate, self.hw = failures, failure_rate, hw
         self.round_s = physics.round_s
         self.node_rate_s, self.t0 = node_rate_s, t0
@@ -810,7 +818,8 @@ class _Checkpoints:
         round, the software rate, its nodes × the cluster's mean node rate as observed, its racks' domain rate),
         τ the interval the job would checkpoint at there (the fixed one, or Young/Daly's √(2C/ρ)), D its
         restore; capped at 0.9. And each job's seconds at risk per failure (restore + half its current
-        interval) for the placement. Under "none" (no interval) nothing is given."""
+        interval) for the placement. Under "none" (no interval) nothing is given; under "lossless" the overhead is
+        ρ·D (no writes, nothing lost beyond the restore)."""
         if self.policy == "none":
             st.failure_overhead = None
             return
@@ -830,7 +839,10 @@ class _Checkpoints:
                 tau = np.full((len(write), len(gpus)), self.fixed)
             else:
                 tau = np.where(rho[None, :] > 0, np.sqrt(2.0 * write / rho[None, :]), np.inf)
-            over = np.where(np.isfinite(tau), write / tau + rho[None, :] * (restore + tau / 2.0), 0.0)
+            if self.lossless:
+                over = rho[None, :] * restore
+            else:
+                over = np.where(np.isfinite(tau), write / tau + rho[None, :] * (restore + tau / 2.0), 0.0)
         if st.failure_overhead is None or st.failure_overhead.shape != (len(st.done), len(gpus)):
             st.failure_overhead = np.zeros((len(st.done), len(gpus)))
         st.failure_overhead[active] = np.clip(np.nan_to_num(over, nan=0.0, posinf=0.9), 0.0, 0.9)
@@ -847,7 +859,7 @@ class _Checkpoints:
         if self.fixed is not None:
             st.ckpt_period[held] = self.fixed + write
             return
-        if self.policy == "none":
+        if self.policy in ("none", "lossless"):
             st.ckpt_period[held] = np.inf
             return
         left = np.full(len(held), np.inf)

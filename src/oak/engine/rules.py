@@ -85,7 +85,7 @@ class PhysicsOptions:
     its racks'; recomputed at every decision), "advised" (``advised_checkpoint_interval``: Young/Daly with the end
     of the job's run in view, from its remaining work at its current rate — what the scheduler advises),
     "lossless" (checkpoints cost nothing and a failure loses no work, only its restore: the limit no interval
-    reaches, a bound on what any interval can save).
+    reaches, a bound — up to the runs' noise — on what any interval can save).
     """
 
     round_s: float = 60.0

@@ -173,6 +173,24 @@ def test_the_failure_overhead_grows_with_the_nodes_a_configuration_spans() -> No
     assert not np.array_equal(plain.utility(snap), ablation.utility(snap))  # type: ignore[attr-defined]
 
 
+def test_lossless_checkpoints_leave_only_the_restores_in_the_failure_overhead() -> None:
+    """The same first round under young-daly and lossless: lossless drops the writes and the half interval lost,
+    so each configuration's overhead is its failure rate × the job's restore alone — below young-daly's wherever
+    that is not capped, and still growing with the nodes a configuration spans."""
+    seen: dict[str, Any] = {}
+    for policy in ("young-daly", "lossless"):
+        physics = PhysicsOptions(checkpoint_policy=policy, failure_model="llama3:scale=300")
+        sim = Simulator(load_workload("small"), cluster_preset("sia-64"), physics=physics)
+        sim.run(make_policy("oak"), 0.0, 0, on_round=lambda snap, a, p, k=policy: seen.setdefault(k, snap))
+    yd, free = seen["young-daly"].failure_overhead, seen["lossless"].failure_overhead
+    assert yd is not None and free is not None and yd.shape == free.shape
+    valid = seen["lossless"].valid
+    assert np.all(free[valid] > 0) and np.all(free[valid & (yd < 0.9)] < yd[valid & (yd < 0.9)])
+    nodes = np.array([c.nodes for c in seen["lossless"].configs])
+    row = free[0]
+    assert row[valid[0] & (nodes > 1)].min() > row[valid[0] & (nodes == 1)].min()
+
+
 def test_the_advice_stops_checkpoints_that_cannot_pay_before_the_end() -> None:
     """The one job (5,000 s of running) under λ = 10⁻³ per round: Young/Daly checkpoints it all the way; the advice
     spreads its checkpoints over the run left and writes none in its last 2√(C/ρ) s, so it spends less on them."""

@@ -76,16 +76,18 @@ class PhysicsOptions:
     offered its smallest configurations before it has run and at most 2× the most GPUs it has run on after). The
     world's physics always follows the true model.
 
-    checkpoint_policy: "implicit" (checkpoints are free and taken as ``lost_work`` says), or each job writes
-    periodic checkpoints that cost it its application's checkpoint write time C (``oak.catalog.checkpoint``:
-    no progress meanwhile, checkpoint GPU-time) and every failure loses the progress since its last one:
+    checkpoint_policy: "implicit" (checkpoints are free and taken as ``lost_work`` says), "lossless" (below), or
+    each job writes periodic checkpoints that cost it its application's checkpoint write time C
+    (``oak.catalog.checkpoint``: no progress meanwhile, checkpoint GPU-time) and every failure loses the progress
+    since its last one:
     "none" (no periodic checkpoint: since its last (re)start), "fixed:S" (every S s of running), "young-daly"
     (every √(2·C·MTBF) s, MTBF from the failure rate of what the job holds: λ's coin, the software rate, and
     each of its nodes' rate as observed so far — the model's mean rate as a prior worth one failure — plus
     its racks'; recomputed at every decision), "advised" (``advised_checkpoint_interval``: Young/Daly with the end
-    of the job's run in view, from its remaining work at its current rate — what the scheduler advises),
-    "lossless" (checkpoints cost nothing and a failure loses no work, only its restore: the limit no interval
-    reaches, a bound — up to the runs' noise — on what any interval can save).
+    of the job's run in view, from its remaining work at its current rate — what the scheduler advises).
+    "lossless": no checkpoint costs anything and a failure loses no work (it still costs its restore, and what
+    ``failure_mode`` adds): the limit intervals approach, an indication — not a strict bound, since decisions
+    follow the lost work — of what any interval could save.
     """
 
     round_s: float = 60.0
@@ -199,8 +201,8 @@ FIELD_HELP: dict[str, str] = {
     "lemon, domain; e.g. llama3:scale=300. Its events add to --failure-rate's.",
     "checkpoint_policy": "'implicit' (free checkpoints, as --lost-work says), 'none', 'fixed:S' (every S s), "
     "'young-daly' (each job's interval from its checkpoint cost and failure rate), 'advised' (Young/Daly with the "
-    "end of the job's run in view: what oak advises) or 'lossless' (free checkpoints that lose nothing: a bound); "
-    "checkpoints cost time.",
+    "end of the job's run in view: what oak advises): these checkpoints cost time; or 'lossless' (checkpoints that "
+    "cost nothing and lose nothing: the limit of every interval).",
     "goodput": "'known' (policies see every job's true goodput) or 'learned' (fitted online from noisy step times "
     "at the sizes a job has run, with a 1-GPU start and a 2x exploration cap, as oak serve does).",
 }

@@ -776,7 +776,7 @@ class _Checkpoints:
     over the time since the run began + 1 / the model's mean rate: the mean rate as a prior worth one failure),
     per rack the domain rate. What a scheduler can know: the rates it was told and the failures it saw. "advised":
     ``advised_checkpoint_interval`` of the same C and rate and the job's running time left at its current rate.
-    "lossless": no write time and no work lost (the limit of every interval, for a bound)."""
+    "lossless": no write time and no work lost (the limit of every interval)."""
 
     def __init__(
         self,

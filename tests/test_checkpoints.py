@@ -106,6 +106,29 @@ def test_lossless_checkpoints_lose_nothing_and_cost_nothing(tmp_path: Path) -> N
     assert interval - _run("fixed:100")[0] > crashed - base + 1.0
 
 
+def test_lossless_checkpoints_lose_nothing_when_the_node_goes_down(tmp_path: Path) -> None:
+    """The other failure path (a node's loss, ``_lose_work``): the job's only node down 100 s at 300 s; under
+    lossless it resumes where it was, after the repair and its 50 s restore, with no work lost; every 100 s it
+    loses the running time since its last checkpoint."""
+    log = tmp_path / "node.csv"
+    log.write_text("time_s,job,node,kind,down_s\n300,,0,node-loss,100\n")
+
+    def run(policy: str, failing: bool) -> tuple[float, float]:
+        physics = PhysicsOptions(
+            checkpoint_policy=policy, failure_model=f"trace:{log}" if failing else "paper", horizon_s=1e8
+        )
+        wl, catalog = _one()
+        job = Simulator(wl, homogeneous_cluster("aws", 1, 4), catalog, physics).run(make_policy("oak"), 0.0, 0).jobs[0]
+        assert job.jct_s is not None and job.failures == int(failing)
+        return job.jct_s, job.gpu_s_lost_work
+
+    (base, _), (down, lost) = run("lossless", False), run("lossless", True)
+    assert down - base == pytest.approx(100.0 + 50.0, rel=1e-9) and lost == 0.0
+    (base, _), (down, lost) = run("fixed:100", False), run("fixed:100", True)
+    assert lost == pytest.approx(50.0 - 2 * C, rel=1e-9)  # 250 s of running, its last checkpoint at 2·(100 + C)
+    assert down - base == pytest.approx(150.0 + lost * (100.0 + C) / 100.0, rel=1e-9)  # redone with its writes
+
+
 def test_young_daly_interval_from_the_failure_rate() -> None:
     """Per-job coin λ per 60 s round: MTBF = 60/λ s, the period √(2·C·MTBF) + C; with λ so small that the job
     never fails, its checkpoint share of running time is exactly C / period."""

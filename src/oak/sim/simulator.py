@@ -506,12 +506,8 @@ class Simulator:
         whose P_restart is 0 checkpoints for free and loses nothing. The lost progress is valued at the job's
         rate on its configuration (also while it restores, when it makes none)."""
         ph = self.model.physics
-        if self._ckpt is not None and self._ckpt.lossless:  # free checkpoints at every step: nothing lost
-            st.ckpt_tprog[i] = st.t_progress[i]
-            return
         if self._ckpt is not None:  # periodic checkpoints: the progress since the last one is lost
-            rate = float(self._shape_rates(st, np.array([i]))[0])
-            self._lose_since(st, i, float(st.ckpt_period[i]), rate, timer=True)
+            self._lose_to_checkpoint(st, i, float(self._shape_rates(st, np.array([i]))[0]))
             return
         if ph.lost_work == "since-checkpoint":
             interval = ph.checkpoint_interval_s
@@ -545,6 +541,15 @@ class Simulator:
         if fired:
             self._fail(st, np.array(fired))
         return bool(fired)
+
+    def _lose_to_checkpoint(self, st: JobsState, i: int, rate: float) -> None:
+        """A failure of job ``i`` under periodic checkpoints: the progress since its last checkpoint is lost, valued
+        at progress ``rate``; under "lossless" nothing is (it resumes where it failed)."""
+        assert self._ckpt is not None
+        if self._ckpt.lossless:
+            st.ckpt_tprog[i] = st.t_progress[i]
+        else:
+            self._lose_since(st, i, float(st.ckpt_period[i]), rate, timer=True)
 
     def _lose_since(
         self, st: JobsState, i: int, interval: float, rate: float, at_most: float = math.inf, timer: bool = False
@@ -634,10 +639,8 @@ class Simulator:
         ph = self.model.physics
         for i in idx:
             self._end_exit(st, int(i))
-            if self._ckpt is not None and self._ckpt.lossless:
-                st.ckpt_tprog[i] = st.t_progress[i]  # free checkpoints at every step: nothing lost
-            elif self._ckpt is not None:
-                self._lose_since(st, int(i), float(st.ckpt_period[i]), float(st.rate[i]), timer=True)
+            if self._ckpt is not None:
+                self._lose_to_checkpoint(st, int(i), float(st.rate[i]))
             elif self._lost is not None and self._lost[i] > 0:  # a run's measured loss per failure
                 self._lose_since(st, int(i), math.inf, float(st.rate[i]), at_most=float(self._lost[i]))
             elif ph.lost_work != "none":  # "since-restart": from the last (re)start only
@@ -835,13 +838,13 @@ class _Checkpoints:
         write = model.ckpt_write[active, None]
         restore = model.restore_delay[active, None]
         with np.errstate(divide="ignore", invalid="ignore"):
-            if self.fixed is not None:
-                tau = np.full((len(write), len(gpus)), self.fixed)
-            else:
-                tau = np.where(rho[None, :] > 0, np.sqrt(2.0 * write / rho[None, :]), np.inf)
-            if self.lossless:
+            if self.lossless:  # no writes, nothing lost but the restore
                 over = rho[None, :] * restore
             else:
+                if self.fixed is not None:
+                    tau = np.full((len(write), len(gpus)), self.fixed)
+                else:
+                    tau = np.where(rho[None, :] > 0, np.sqrt(2.0 * write / rho[None, :]), np.inf)
                 over = np.where(np.isfinite(tau), write / tau + rho[None, :] * (restore + tau / 2.0), 0.0)
         if st.failure_overhead is None or st.failure_overhead.shape != (len(st.done), len(gpus)):
             st.failure_overhead = np.zeros((len(st.done), len(gpus)))

@@ -417,6 +417,29 @@ def test_the_job_closer_to_its_end_is_admitted_first(order: tuple[float, float])
     assert flat.values[0].max() == flat.values[1].max()
 
 
+@pytest.mark.parametrize("jobs", [2, 3, 5])
+def test_of_equal_jobs_the_first_come_is_served_first(jobs: int) -> None:
+    """``first_come``: of equal waiting jobs (the same values everywhere) of which one can run, the first listed
+    (the engine lists jobs by submission) takes the GPUs, whatever exact method solves the round; the exact DP's
+    own tie rule (``first_come=False``, the rule before) gives them to the last. Either is worth the same."""
+    two = _two_waiting((1e4, 1e4))
+    snap = dataclasses.replace(
+        random_snapshot(np.random.default_rng(5), PAPER_12, jobs),
+        **{
+            f: frozen_array(np.repeat(np.asarray(getattr(two, f))[:1], jobs, axis=0), getattr(two, f).dtype)
+            for f in ("goodput", "progress_rate", "valid", "current", "restoring", "remaining_work")
+        },
+        kept=None,
+        tie_config=None,
+    )
+    for solver in ("auto", "highs"):
+        first = RestartAwareOakPolicy(max_wait_s=math.inf, solver=solver).decide(snap)
+        assert first.config[0] >= 0 and (first.config[1:] < 0).all(), solver
+    before = RestartAwareOakPolicy(max_wait_s=math.inf, first_come=False).decide(snap)
+    assert before.config[-1] >= 0 and (before.config[:-1] < 0).all()
+    assert before.objective == pytest.approx(first.objective, rel=1e-12)
+
+
 @pytest.mark.parametrize("mode", ["soft", "full"])
 def test_a_long_wait_is_credited_against_the_remaining_time(mode: str) -> None:
     """Admission by slowdown (``credit_wait``): of two jobs that cannot both run, the shorter is admitted, unless

@@ -425,6 +425,32 @@ def test_twins_share_their_options_one_way(engine: str) -> None:
     assert value[rows, out[rows]].sum() == pytest.approx(value[rows_in, choice[rows_in]].sum(), rel=1e-15)
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), jobs=st.integers(2, 9), twins=st.integers(2, 5))
+def test_first_come_deals_twins_by_index_in_every_round_at_the_same_objective(seed: int, jobs: int, twins: int) -> None:
+    """``solve_assignment(first_come=True)`` on rounds the exact DP solves: the same objective as without, and
+    every group of twins (bit-identical rows) holds its options in ``canonical_twins``'s order, the lower index the
+    more valuable; forced jobs keep theirs."""
+    rng = np.random.default_rng(seed)
+    base = random_instance(rng, 12, 1, jobs)
+    value, valid = base.value.copy(), base.valid.copy()
+    group = rng.choice(jobs, size=min(twins, jobs), replace=False)
+    value[group], valid[group] = value[group[0]], valid[group[0]]
+    forced = np.full(jobs, -1, np.int64)
+    if jobs > 3 and valid[jobs - 1].any():
+        forced[jobs - 1] = int(np.flatnonzero(valid[jobs - 1])[0])
+    problem = dataclasses.replace(base, value=value, valid=valid, forced=forced)
+    plain = solve_assignment(problem)
+    first = solve_assignment(problem, first_come=True)
+    assert first.method == plain.method == "dp"
+    assert first.objective == pytest.approx(plain.objective, rel=1e-12, abs=1e-12)
+    check_feasible(problem, first.choice)
+    members = np.sort(group[forced[group] < 0])
+    worth = np.where(first.choice[members] >= 0, value[members[0], np.maximum(first.choice[members], 0)], 0.0)
+    assert (np.diff(worth) <= 0).all()  # the lower index, the more valuable option
+    assert sorted(first.choice[members].tolist()) == sorted(plain.choice[members].tolist())
+
+
 @pytest.mark.parametrize("engine", ["numpy", "numba"])
 def test_twins_with_options_of_equal_worth_take_them_in_configuration_order(engine: str) -> None:
     base = random_instance(np.random.default_rng(5), 64, 1, 4)

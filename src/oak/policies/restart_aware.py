@@ -402,6 +402,11 @@ class RestartAwareOakPolicy(PolicyBase):
     #: admission by slowdown: the admission cost credited with the job's wait (``CREDIT_WAIT``, ``admission_costs``);
     #: "none": measured and not kept (docs/explore-study.md, "Admission by slowdown")
     credit_wait: str = "none"
+    #: equal jobs (the same values in every configuration) are served first come, first served in every round
+    #: (``solve_assignment(first_come=True)``): which of two equal jobs waits does not change the objective or the
+    #: mean JCT, and the one that came first waiting less lowers the max; off: the exact DP's own tie rule on
+    #: rounds it solves (the rule before). docs/explore-study.md, "First come among equals"
+    first_come: bool = True
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.p) and self.p >= 0):
@@ -498,7 +503,7 @@ class RestartAwareOakPolicy(PolicyBase):
             prefer=preferred_configs(snap),
             warm_prices=snap.solver_prices,
         )
-        res = solve_assignment(problem, self.solver)
+        res = solve_assignment(problem, self.solver, first_come=self.first_come)
         info = {
             "solve_ms": res.wall_ms,
             "bound": res.bound,

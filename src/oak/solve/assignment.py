@@ -319,9 +319,15 @@ def canonical_twins(problem: AssignmentProblem, choice: IntArray, engine: str = 
     return out
 
 
-def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> AssignmentResult:
+def solve_assignment(problem: AssignmentProblem, method: str = "auto", first_come: bool = False) -> AssignmentResult:
     """Solve exactly with the DP (``dp``), HiGHS (``highs``) or CVXPY + GLPK_MI (``cvxpy``), or with a certified
     gap by the Lagrangian method (``lagrangian``).
+
+    Equal jobs (rows bit-identical on the grid) share their options by :func:`canonical_twins` — the most valuable
+    to the lowest job index — in rounds beyond the exact DP (so a warm and a cold start agree), and in every round
+    with ``first_come``: where the snapshot lists jobs by submission, as the engine does, the job that came first
+    is served first among equals. The objective is the same either way; only which of two equal jobs waits
+    changes.
 
     ``auto`` picks by size (see ``auto_method``): exact up to tens of GPUs per type (DP, or Lagrangian prices plus a
     DP over the jobs they leave open), the Lagrangian method with its certified gap beyond. ``bound`` ≥ optimum
@@ -350,8 +356,7 @@ def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> Assign
         large = auto and dp_states(given.capacity) > DP_MAX_STATES
         warm_from = given.warm_prices if large else None
         choice, bound, method, prices, warm = _solve_lagrangian_auto(reduced, method == CORE_METHOD, warm_from)
-        if large:
-            choice = canonical_twins(reduced, choice)
+        first_come = first_come or large
     elif method == "dp":
         from oak.solve.dp import solve_dp
 
@@ -371,6 +376,8 @@ def solve_assignment(problem: AssignmentProblem, method: str = "auto") -> Assign
         from oak.solve.cvxpy_backend import solve_cvxpy
 
         choice = solve_cvxpy(reduced)
+    if first_come:
+        choice = canonical_twins(reduced, choice)
     forced = base_choice >= 0
     if reduced is not problem:
         choice = np.where(forced, base_choice, choice)

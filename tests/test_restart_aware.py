@@ -63,6 +63,8 @@ def test_registry_names_the_product_and_the_paper() -> None:
         ({"max_wait_s": 0.0}, "max_wait_s="),
         ({"max_wait_s": math.nan}, "max_wait_s="),
         ({"guard_run_s": -1.0}, "guard_run_s="),
+        ({"first_come": "no"}, "first_come='no'; expected True or False"),
+        ({"switching": 1}, "switching=1; expected True or False"),
         (
             {"move_restart_factor": "failures"},
             "move_restart_factor='failures'; expected one of moves, all, none, stint",

@@ -434,6 +434,10 @@ class RestartAwareOakPolicy(PolicyBase):
             raise OakInputError(
                 f"oak: credit_wait={self.credit_wait!r}; expected one of {', '.join(map(repr, CREDIT_WAIT))}"
             )
+        for flag in ("age_key", "switching", "keep_restoring", "failure_aware", "failure_overhead", "first_come"):
+            value = getattr(self, flag)
+            if not isinstance(value, bool | np.bool_):  # "no" or 0 would read as a truth value, not as meant
+                raise OakInputError(f"oak: {flag}={value!r}; expected True or False")
         if not (math.isfinite(self.guard_run_s) and self.guard_run_s >= 0):
             raise OakInputError(f"oak: guard_run_s={self.guard_run_s!r}; expected a finite number of seconds >= 0")
 

@@ -431,6 +431,7 @@ def test_of_equal_jobs_the_first_come_is_served_first(jobs: int) -> None:
             f: frozen_array(np.repeat(np.asarray(getattr(two, f))[:1], jobs, axis=0), getattr(two, f).dtype)
             for f in ("goodput", "progress_rate", "valid", "current", "restoring", "remaining_work")
         },
+        age_s=frozen_array(np.linspace(1000.0, 100.0, jobs), np.float64),  # listed oldest first, as submitted
         kept=None,
         tie_config=None,
     )
@@ -440,6 +441,14 @@ def test_of_equal_jobs_the_first_come_is_served_first(jobs: int) -> None:
     before = RestartAwareOakPolicy(max_wait_s=math.inf, first_come=False).decide(snap)
     assert before.config[-1] >= 0 and (before.config[:-1] < 0).all()
     assert before.objective == pytest.approx(first.objective, rel=1e-12)
+    # listed out of order (a delayed arrival, a job sent to `oak serve` to start later): the oldest still first
+    oldest = jobs // 2
+    ages = np.full(jobs, 100.0)
+    ages[oldest] = 500.0
+    shuffled = dataclasses.replace(snap, age_s=frozen_array(ages, np.float64))
+    alloc = RestartAwareOakPolicy(max_wait_s=math.inf).decide(shuffled)
+    assert alloc.config[oldest] >= 0 and (np.delete(alloc.config, oldest) < 0).all()
+    assert alloc.objective == pytest.approx(first.objective, rel=1e-12)
 
 
 @pytest.mark.parametrize("mode", ["soft", "full"])

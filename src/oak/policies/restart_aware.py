@@ -68,7 +68,7 @@ from oak.model.snapshot import (
 from oak.policies.base import PolicyBase
 from oak.scoring.utility import age_key, restart_factor_decomposed
 from oak.solve import AssignmentProblem, solve_assignment
-from oak.solve.assignment import snap_values
+from oak.solve.assignment import AssignmentResult, snap_values
 
 #: The least value of any valid allocation: above idling (0), below every allocation that is not a move (U − θ
 #: ≥ 1 − θ). Only moves with (G·r·s)^p < θ + MIN_MOVE_VALUE are raised to it.
@@ -403,9 +403,9 @@ class RestartAwareOakPolicy(PolicyBase):
     #: "none": measured and not kept (docs/explore-study.md, "Admission by slowdown")
     credit_wait: str = "none"
     #: equal jobs (the same values in every configuration) are served first come, first served in every round
-    #: (``solve_assignment(first_come=True)``): which of two equal jobs waits does not change the objective or the
-    #: mean JCT, and the one that came first waiting less lowers the max; off: the exact DP's own tie rule on
-    #: rounds it solves (the rule before). docs/explore-study.md, "First come among equals"
+    #: (``_solve``): which of two equal jobs waits does not change the objective (nor, for jobs alike in every
+    #: respect, the mean JCT), and the one that came first waiting less lowers the max; off: the exact DP's own
+    #: tie rule on rounds it solves (the rule before). docs/explore-study.md, "First come among equals"
     first_come: bool = True
 
     def __post_init__(self) -> None:
@@ -507,7 +507,7 @@ class RestartAwareOakPolicy(PolicyBase):
             prefer=preferred_configs(snap),
             warm_prices=snap.solver_prices,
         )
-        res = solve_assignment(problem, self.solver, first_come=self.first_come)
+        res = self._solve(problem, snap.age_s)
         info = {
             "solve_ms": res.wall_ms,
             "bound": res.bound,
@@ -525,6 +525,27 @@ class RestartAwareOakPolicy(PolicyBase):
             values=value,
             prices=res.prices,
         )
+
+    def _solve(self, problem: AssignmentProblem, age_s: FloatArray) -> AssignmentResult:
+        """The round's programme solved; with ``first_come`` equal jobs are served in the order they came
+        (``solve_assignment(first_come=True)`` serves the lowest row first): where the snapshot does not list the
+        jobs oldest first — an arrival delayed by ``--arrival-jitter``, a job sent to ``oak serve`` to start later
+        than one sent after it — the rows go to the solver in order of age (``age_s``, ties in the snapshot's
+        order) and the choice comes back in the snapshot's."""
+        if not self.first_come or problem.num_jobs < 2 or bool((np.diff(age_s) <= 0).all()):
+            return solve_assignment(problem, self.solver, first_come=self.first_come)
+        order = np.argsort(-np.asarray(age_s, dtype=np.float64), kind="stable")
+        permuted = dataclasses.replace(
+            problem,
+            value=problem.value[order],
+            valid=problem.valid[order],
+            forced=None if problem.forced is None else problem.forced[order],
+            prefer=None if problem.prefer is None else problem.prefer[order],
+        )
+        res = solve_assignment(permuted, self.solver, first_come=True)
+        choice = np.empty_like(res.choice)
+        choice[order] = res.choice
+        return dataclasses.replace(res, choice=choice)
 
     def state_to_json(self, state: object) -> object | None:
         """The ledger (``WaitLedger``) as a JSON object of its mappings (``PolicyBase.state_to_json``)."""

@@ -325,9 +325,8 @@ def solve_assignment(problem: AssignmentProblem, method: str = "auto", first_com
 
     Equal jobs (rows bit-identical on the grid) share their options by :func:`canonical_twins` — the most valuable
     to the lowest job index — in rounds beyond the exact DP (so a warm and a cold start agree), and in every round
-    with ``first_come``: where the snapshot lists jobs by submission, as the engine does, the job that came first
-    is served first among equals. The objective is the same either way; only which of two equal jobs waits
-    changes.
+    with ``first_come`` (``oak`` hands the rows oldest first, so the job that came first is served first among
+    equals). The objective is the same either way; only which of two equal jobs waits changes.
 
     ``auto`` picks by size (see ``auto_method``): exact up to tens of GPUs per type (DP, or Lagrangian prices plus a
     DP over the jobs they leave open), the Lagrangian method with its certified gap beyond. ``bound`` ≥ optimum

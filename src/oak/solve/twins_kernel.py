@@ -6,7 +6,8 @@ orders the rows (stable, so job order within a hash); each run of equal hashes i
 rows by comparing the bits, and each group's options go to its jobs in ascending index, the most valuable option
 first (then the lower configuration index). A row whose NumPy fingerprint (its valid values summed in NumPy's
 pairwise order, plus their count) is NaN has no twin there, as NaN equals nothing: so here too. The groups are the
-NumPy code's, so the answer is the same (float64 values); imported only for rounds beyond the DP.
+NumPy code's, so the answer is the same (float64 values); imported for rounds beyond the DP and, with
+``solve_assignment(first_come=True)``, for any round of more than ``SNAP_KERNEL_MIN`` entries.
 """
 
 from __future__ import annotations

@@ -144,15 +144,49 @@ def test_failures_count_as_starts_not_moves_whatever_they_add_to_restarts(
 
 @given(st.integers(0, 10_000))
 @settings(max_examples=40, deadline=None)
-def test_a_restoring_job_keeps_its_configuration(seed: int) -> None:
+def test_with_keep_restoring_a_restoring_job_keeps_its_configuration(seed: int) -> None:
     snap = _held_snapshot(seed, PAPER_12, jobs=5)
     restoring = np.zeros(5, bool)
     restoring[0] = True
     snap = dataclasses.replace(snap, restoring=frozen_array(restoring, bool))
-    alloc = make_policy("oak").decide(snap)
+    alloc = make_policy("oak", keep_restoring=True).decide(snap)
     check_feasible(snap, alloc.config)
     if snap.config_gpus[snap.current[0]] <= snap.capacity[0]:
         assert alloc.config[0] == snap.current[0]
+
+
+@given(st.integers(0, 10_000))
+@settings(max_examples=40, deadline=None)
+def test_a_restoring_job_is_valued_as_one_that_holds_its_gpus(seed: int) -> None:
+    """By default a restore is priced, not protected: whether a job is inside its restore changes nothing in
+    ``oak``'s decision (its move factor already charges the restart), unless the world keeps restores
+    (``RoundSnapshot.kept``)."""
+    snap = _held_snapshot(seed, PAPER_12, jobs=5)
+    restoring = np.zeros(5, bool)
+    restoring[: 1 + seed % 3] = True
+    inside = dataclasses.replace(snap, restoring=frozen_array(restoring, bool))
+    policy = make_policy("oak", max_wait_s=math.inf)
+    assert np.array_equal(policy.decide(inside).config, policy.decide(snap).config)
+
+
+def test_a_short_newcomer_takes_the_gpus_of_a_long_job_still_restoring() -> None:
+    """One 12-GPU configuration for both jobs: job 0 holds it and is restoring (no progress yet), job 1 waits with
+    a hundredth of its work left. Priced, the restore yields to the newcomer's lower admission cost, as a running
+    job would; kept (``keep_restoring=True``) or kept by the world (``kept``), job 0 stays."""
+    base = _two_waiting((1e6, 1e4))
+    twelve = int(np.flatnonzero(base.valid[0])[0])
+    snap = dataclasses.replace(
+        base,
+        current=frozen_array([twelve, -1], np.int64),
+        restoring=frozen_array([True, False], bool),
+        t_progress_s=frozen_array([0.0, 0.0], np.float64),
+    )
+    priced = make_policy("oak", max_wait_s=math.inf).decide(snap)
+    assert priced.config[0] < 0 and priced.config[1] == twelve
+    kept = make_policy("oak", max_wait_s=math.inf, keep_restoring=True).decide(snap)
+    assert kept.config[0] == twelve and kept.config[1] < 0
+    world = dataclasses.replace(snap, kept=frozen_array([twelve, -1], np.int64))
+    assert make_policy("oak", max_wait_s=math.inf).decide(world).config[0] == twelve
 
 
 @pytest.mark.parametrize(("workload", "lam", "seed"), [("small", 0.5, 0), ("medium", 0.3, 1), ("congestion", 0.2, 2)])

@@ -10,7 +10,7 @@ operations (``oak bench reasons`` measures it against the decision).
 | ``max`` | holds its maximum (no reason needed) | GPUs placed vs. its bound |
 | ``rigid`` | runs at its demand, and the policy offers it no other size (Gavel) | values |
 | ``no-fit`` | no configuration fits its bounds on this cluster (the GPUs up now) | ``valid`` |
-| ``restoring`` | restoring: kept its configuration until the restore is over | ``restoring`` |
+| ``restoring`` | restoring on the configuration it holds (kept there this round) | ``restoring`` |
 | ``bootstrap`` | not run yet: offered only its smallest configurations (the exploration rule) | ``max_gpus`` vs. its bound |
 | ``cap`` | held by the exploration cap (2× the most GPUs it has run on) | ``max_gpus`` vs. its bound |
 | ``policy`` | the policy's own note (the waiting guard's protection, a move not paid for yet, a fairness order) | ``Policy.notes`` |

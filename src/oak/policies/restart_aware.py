@@ -28,10 +28,14 @@ with these departures from the literal reading, each measured (docs/model.md, "T
   runs efficiently; a job that holds GPUs pays at most θ, so it is not displaced for being long. The values of a
   job's configurations keep their differences, so how many GPUs it gets, once admitted, still follows its
   goodput. A job whose length or speed is a placeholder (``RoundSnapshot.work_known``) pays θ.
-* **A restore is not interrupted**: a job inside its restore delay keeps its configuration (as Sia does).
+* **A restore is priced, not protected**: a job inside its restore delay is valued as any job that holds GPUs
+  (staying free, a move at r·s, r = 0 until its current stint has made progress), so it keeps its configuration unless what takes
+  its GPUs is worth more than it. ``keep_restoring=True`` keeps every restoring job in place, as Sia does (the rule
+  before; docs/explore-study.md, "Restores priced, not protected"). Where the world cannot interrupt a restore
+  (``--rules sia-artifact``) the snapshot keeps them either way (``RoundSnapshot.kept``).
 * **Waiting is bounded** (the waiting guard): a job that has waited ``max_wait_s`` at a stretch (since it arrived
   or last held GPUs) is *starving*. Starving jobs are admitted first, longest wait first, each on its smallest
-  valid configuration, while the GPUs not held by restoring or protected jobs fit it (the first that does not fit
+  valid configuration, while the GPUs not held by kept or protected jobs fit it (the first that does not fit
   blocks younger ones), and a job so admitted keeps its configuration for ``guard_run_s``. The oldest starving
   job whose minimum configuration fits the cluster therefore waits at most guard_run_s + one restore + one round
   more. The guard reads the clock and passes when each job last held GPUs as ``Allocation.state``.
@@ -380,7 +384,11 @@ class RestartAwareOakPolicy(PolicyBase):
     alpha: float = 0.01
     k_max: float = 100.0
     switching: bool = True
-    keep_restoring: bool = True
+    #: keep every job inside its restore delay on its configuration (a constraint, as Sia does); off: a restoring
+    #: job is valued as any job that holds GPUs, so it yields them only to what is worth more than it — keeping it
+    #: was a second charge for a restart the move factor already prices (docs/explore-study.md, "Restores priced,
+    #: not protected")
+    keep_restoring: bool = False
     max_wait_s: float = 86_400.0
     guard_run_s: float = 3_600.0
     solver: str = "auto"

@@ -5,18 +5,22 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from oak.engine.reasons import CODES, RoundReasons
+from oak.engine.reasons import CODES, RoundReasons, explain_round
 from oak.engine.rules import PhysicsOptions, with_rules
+from oak.model.snapshot import frozen_array
 from oak.policies import make_policy
 from oak.policies.registry import REGISTRY
 from oak.sim.simulator import Simulator
 from oak.workloads import load_workload
+from support.snapshots import PAPER_12, random_snapshot
 
 #: policies whose values are those of the program they solve exactly (the solver's certified optimum)
 EXACT = ("oak", "oak-paper", "sia")
@@ -112,6 +116,7 @@ def test_restoring_jobs_and_the_waiting_guard_are_named() -> None:
             if c == "restoring":
                 restoring += 1
                 assert text.startswith("restoring (kept its configuration") and " s left" in text
+                assert r.alloc.config[i] == r.snap.current[i]
             if c == "policy" and "waiting guard" in text:
                 guard += 1
             elif c == "policy":
@@ -120,6 +125,39 @@ def test_restoring_jobs_and_the_waiting_guard_are_named() -> None:
 
     sim.run(policy, 0.0, 0, on_reasons=observe)
     assert restoring > 0 and guard > 0 and stint > 0
+
+
+def test_a_job_moved_inside_its_restore_is_not_said_to_keep_its_configuration() -> None:
+    """``oak`` prices a restore: a long job restoring on 8 GPUs shrinks to 4 for a short newcomer that only fits
+    on 8. Its reason is where it now stands (outbid at 4 GPUs), not "restoring (kept its configuration …)"."""
+    base = random_snapshot(np.random.default_rng(5), PAPER_12, 2)
+    gpus = np.asarray(base.config_gpus)
+    four, eight = int(np.flatnonzero(gpus == 4)[0]), int(np.flatnonzero(gpus == 8)[0])
+    valid = np.zeros((2, len(gpus)), bool)
+    valid[0, [four, eight]] = True
+    valid[1, eight] = True
+    goodput = np.where(valid, 1.0, 0.0)
+    snap = dataclasses.replace(
+        base,
+        goodput=frozen_array(goodput, np.float64),
+        progress_rate=frozen_array(goodput * 10.0, np.float64),
+        valid=frozen_array(valid, bool),
+        current=frozen_array([eight, -1], np.int64),
+        restoring=frozen_array([True, False], bool),
+        t_progress_s=frozen_array([0.0, 0.0], np.float64),
+        remaining_work=frozen_array([1e6, 1e4], np.float64),
+        kept=None,
+        tie_config=None,
+    )
+    alloc = make_policy("oak", max_wait_s=math.inf).decide(snap)
+    assert alloc.config.tolist() == [four, eight]
+    placed = [(0, 1, 2, 3), tuple(range(4, 12))]
+    r = explain_round(snap, alloc, placed, restore_left_s=frozen_array([30.0, 0.0], np.float64))
+    assert r.codes()[0] == "outbid" and "kept its configuration" not in r.reason(0).text
+    kept = make_policy("oak", max_wait_s=math.inf, keep_restoring=True).decide(snap)
+    assert kept.config.tolist() == [eight, -1]
+    held = explain_round(snap, kept, [tuple(range(8)), ()], restore_left_s=frozen_array([30.0, 0.0], np.float64))
+    assert held.codes()[0] == "restoring" and held.reason(0).text.startswith("restoring (kept its configuration")
 
 
 def test_a_job_no_configuration_fits_says_so() -> None:

@@ -10,7 +10,7 @@ operations (``oak bench reasons`` measures it against the decision).
 | ``max`` | holds its maximum (no reason needed) | GPUs placed vs. its bound |
 | ``rigid`` | runs at its demand, and the policy offers it no other size (Gavel) | values |
 | ``no-fit`` | no configuration fits its bounds on this cluster (the GPUs up now) | ``valid`` |
-| ``restoring`` | restoring on the configuration it holds (kept there this round) | ``restoring`` |
+| ``restoring`` | restoring, kept on its configuration this round | ``restoring`` |
 | ``bootstrap`` | not run yet: offered only its smallest configurations (the exploration rule) | ``max_gpus`` vs. its bound |
 | ``cap`` | held by the exploration cap (2× the most GPUs it has run on) | ``max_gpus`` vs. its bound |
 | ``policy`` | the policy's own note (the waiting guard's protection, a move not paid for yet, a fairness order) | ``Policy.notes`` |
@@ -171,7 +171,7 @@ class RoundReasons:
 
     def rivals(self, i: int, c: int, need: int) -> tuple[tuple[str, float], ...]:
         """The jobs holding GPUs of configuration c's type that would have to make room for ``need`` more GPUs
-        of it, lowest value first (jobs the world keeps where they are — restoring, pinned — last)."""
+        of it, lowest value first (jobs that may be kept where they are — restoring, pinned — last)."""
         snap, alloc = self.snap, self.alloc
         t = int(snap.config_type[c])
         got = alloc.config
@@ -372,7 +372,10 @@ def explain_round(
     capped = (cap < bound[idx]) & (n >= cap)
     sub[capped] = CODE_INDEX["cap"]
     sub[capped & (snap.attained_gpu_s[idx] <= 0) & (snap.current[idx] < 0)] = CODE_INDEX["bootstrap"]
-    sub[snap.restoring[idx] & (n > 0)] = CODE_INDEX["restoring"]
+    # restoring where it was: a job the decision moved mid-restore (``oak`` prices restores) gets the reason of its
+    # new place; a policy that places replicas itself (Pollux) keeps the plain rule
+    stayed = (c == snap.current[idx]) if alloc.replicas is None else True
+    sub[snap.restoring[idx] & (n > 0) & stayed] = CODE_INDEX["restoring"]
     sub[~valid.any(axis=1)] = CODE_INDEX["no-fit"]
     code[idx] = sub
     best[idx] = b

@@ -159,7 +159,7 @@ def kept_current(snap: RoundSnapshot, which: BoolArray) -> IntArray:
 
 def kept_while_restoring(snap: RoundSnapshot) -> IntArray:
     """(J,) the configuration each job inside its restore delay keeps (its current one, when still valid), −1 for
-    the others: the ``forced`` argument of policies that let restores finish (Sia, the product's OAK)."""
+    the others: the ``forced`` argument of policies that let restores finish (Sia; ``oak`` with ``keep_restoring``)."""
     return kept_current(snap, snap.restoring)
 
 

@@ -119,7 +119,7 @@ _SPECS = (
         "oak",
         (
             "OAK as shipped: (G·m)^p − θ_i (θ by remaining time), measured restart and switching cost only on "
-            "moves, restores kept, exact MILP"
+            "moves, restores priced, exact MILP"
         ),
         "OAK (product)",
         _oak,

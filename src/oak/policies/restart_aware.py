@@ -29,10 +29,11 @@ with these departures from the literal reading, each measured (docs/model.md, "T
   job's configurations keep their differences, so how many GPUs it gets, once admitted, still follows its
   goodput. A job whose length or speed is a placeholder (``RoundSnapshot.work_known``) pays θ.
 * **A restore is priced, not protected**: a job inside its restore delay is valued as any job that holds GPUs
-  (staying free, a move at r·s, r = 0 until its current stint has made progress), so it keeps its configuration unless what takes
-  its GPUs is worth more than it. ``keep_restoring=True`` keeps every restoring job in place, as Sia does (the rule
-  before; docs/explore-study.md, "Restores priced, not protected"). Where the world cannot interrupt a restore
-  (``--rules sia-artifact``) the snapshot keeps them either way (``RoundSnapshot.kept``).
+  (staying free, a move at r·s, r = 0 until its current stint has made progress), so it keeps its configuration
+  unless what takes its GPUs is worth more than it (or the waiting guard admits a starving job there).
+  ``keep_restoring=True`` keeps every restoring job in place, as Sia does (the rule before; docs/explore-study.md,
+  "Restores priced, not protected"). Where the world cannot interrupt a restore (``--rules sia-artifact``) the
+  snapshot keeps them either way (``RoundSnapshot.kept``).
 * **Waiting is bounded** (the waiting guard): a job that has waited ``max_wait_s`` at a stretch (since it arrived
   or last held GPUs) is *starving*. Starving jobs are admitted first, longest wait first, each on its smallest
   valid configuration, while the GPUs not held by kept or protected jobs fit it (the first that does not fit

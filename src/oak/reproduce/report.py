@@ -916,7 +916,7 @@ def section_restart_aware(res: Results, name: str) -> Section:
                 )
     sec.lines += [
         "The product's `oak` (restart factor of its own moves and measured switching cost on moves only, "
-        "allocations worth U − θ, restores kept; `docs/model.md`) against faithful Sia on paired seeds. Goals: (a) restarts per job ≤ "
+        "allocations worth U − θ, restores priced; `docs/model.md`) against faithful Sia on paired seeds. Goals: (a) restarts per job ≤ "
         "Sia's; (b) mean JCT ≤ Sia's + 3 % at λ = 0 and ≤ Sia's at λ ≥ 0.05; (c) max JCT ≤ Sia's at λ ≥ 0.05 "
         f"(means over seeds). **{met} of {total} goal checks met.** A job's restarts are its failures (each one "
         "a restore) plus the scheduler's moves and preemptions; the two are shown apart. Under the per-job failure "

@@ -1,13 +1,17 @@
 """The placer before its free-GPU bookkeeping was vectorised (Python lists of free GPUs per node), kept as the
-reference that ``oak.placement.placer._try_place`` must agree with placement for placement (tests/test_placement.py)."""
+reference that ``oak.placement.placer._try_place`` must agree with placement for placement, and where an attempt
+stops, on the job and the free GPUs per node (tests/test_placement.py). Which kept jobs are evicted then is the
+product's ``evictions`` on that state (tested on its own there)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from oak.model.cluster import Cluster
 from oak.model.config import Configuration
-from oak.placement.placer import GpuSet, _cfg
+from oak.placement.placer import Blocked, GpuSet, _cfg, evictions
 
 
 def reference_place(
@@ -24,10 +28,16 @@ def reference_place(
         c is not None and (c is pc or c == pc) and len(prev) == c.gpus
         for c, pc, prev in zip(configs, previous_configs, previous, strict=True)
     ]
-    result = _try_place(cluster, configs, previous, kept, down, health, risk)
-    if result is None:
-        result = _try_place(cluster, configs, previous, [False] * len(configs), down, health, risk)
-    return result
+    for _ in range(sum(kept) + 1):
+        result = _try_place(cluster, configs, previous, kept, down, health, risk)
+        if not isinstance(result, Blocked):
+            return result
+        victims = evictions(cluster, configs, previous, kept, result)
+        if not victims:
+            break
+        kept = [k and i not in victims for i, k in enumerate(kept)]
+    result = _try_place(cluster, configs, previous, [False] * len(configs), down, health, risk)
+    return None if isinstance(result, Blocked) else result
 
 
 def _try_place(
@@ -38,7 +48,7 @@ def _try_place(
     down: frozenset[int] = frozenset(),
     health: Sequence[int] | None = None,
     risk: Sequence[float] | None = None,
-) -> list[GpuSet] | None:
+) -> list[GpuSet] | Blocked:
     out: list[GpuSet] = [() for _ in configs]
     taken: set[int] = set()
     n_kept = 0
@@ -76,7 +86,7 @@ def _try_place(
             if health is not None:
                 whole.sort(key=lambda nid: health[nid])  # stable: the usual order among equally healthy nodes
             if len(whole) < cfg.nodes:
-                return None
+                return Blocked(i, np.array([len(f) for f in free], dtype=np.int64))
             gpus: list[int] = []
             for nid in sorted(whole[: cfg.nodes]):
                 gpus.extend(free[nid][:per_node])
@@ -85,7 +95,7 @@ def _try_place(
         else:
             fits = [n.node_id for n in nodes if len(free[n.node_id]) >= cfg.gpus]
             if not fits:
-                return None
+                return Blocked(i, np.array([len(f) for f in free], dtype=np.int64))
             nid = min(fits, key=lambda k: (len(free[k]), k) if health is None else (health[k], len(free[k]), k))
             out[i] = tuple(free[nid][: cfg.gpus])
             del free[nid][: cfg.gpus]

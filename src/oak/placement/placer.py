@@ -2,15 +2,17 @@
 
 Keep a job's GPUs when its configuration is unchanged; multi-node jobs take whole free nodes (highest node
 index first); single-node jobs are packed best-fit (the fullest node that still fits, lowest index on ties).
-If keeping GPUs fragments the cluster so that a job no longer fits, every job is re-placed from scratch
-(largest first), which always succeeds for Sia's configuration sets (powers of two inside a node, whole nodes
-beyond) whenever per-type capacity holds.
+If keeping GPUs fragments the cluster so that a job no longer fits, the fewest, then smallest, single-node jobs
+that block it are evicted and re-placed with the others (reference §5.6), as often as needed; only where no
+single-node job can make room is every job re-placed from scratch (largest first), which always succeeds for
+Sia's configuration sets (powers of two inside a node, whole nodes beyond) whenever per-type capacity holds.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,6 +25,14 @@ class PlacementError(RuntimeError):
 
 
 GpuSet = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A placement attempt that stopped: the job that found no room and each node's free GPUs at that moment."""
+
+    job: int
+    free: np.ndarray
 
 
 def place(
@@ -48,12 +58,91 @@ def place(
         c is not None and (c is pc or c == pc) and len(prev) == c.gpus
         for c, pc, prev in zip(configs, previous_configs, previous, strict=True)
     ]
-    result = _try_place(cluster, configs, previous, kept, down, health, risk, flat)
-    if result is None:
-        result = _try_place(cluster, configs, previous, [False] * len(configs), down, health, risk)
-    if result is None:
+    for _ in range(sum(kept) + 1):  # each pass evicts at least one kept job
+        result = _try_place(cluster, configs, previous, kept, down, health, risk, flat)
+        if not isinstance(result, Blocked):
+            return result
+        victims = evictions(cluster, configs, previous, kept, result)
+        if not victims:
+            break
+        kept = [k and i not in victims for i, k in enumerate(kept)]
+    result = _try_place(cluster, configs, previous, [False] * len(configs), down, health, risk)
+    if isinstance(result, Blocked):
         raise PlacementError("no placement fits the chosen configurations")
     return result
+
+
+def evictions(
+    cluster: Cluster,
+    configs: Sequence[Configuration | None],
+    previous: Sequence[GpuSet],
+    kept: Sequence[bool],
+    blocked: Blocked,
+) -> frozenset[int]:
+    """The kept single-node jobs to re-place so that the job ``blocked`` stopped at finds room (empty: none can).
+
+    A single-node job needs one node of its type with enough free GPUs: on each such node, the fewest kept jobs
+    (then the fewest GPUs, then the lowest job indices) that free enough; the node where that costs least (lowest
+    index on ties). A multi-node job needs whole free nodes: the nodes held only by kept single-node jobs, those
+    with the fewest jobs (then GPUs; highest index first on ties, as whole nodes are taken) until there are
+    enough. Nodes holding a multi-node job, or a job placed in this attempt, are not emptied."""
+    cfg = _cfg(configs, blocked.job)
+    arrays = cluster.arrays
+    nodes = arrays.type_nodes.get(cfg.gpu_type)
+    if nodes is None:
+        return frozenset()
+    size, free = arrays.node_gpus, blocked.free
+    singles: dict[int, list[int]] = {}  # node → its kept single-node jobs, by job index
+    gpus: dict[int, int] = {}
+    for i, k in enumerate(kept):
+        c = configs[i]
+        if k and c is not None and c.nodes == 1:
+            singles.setdefault(int(arrays.gpu_node[previous[i][0]]), []).append(i)
+            gpus[i] = c.gpus
+    if cfg.nodes == 1:
+        best: tuple[tuple[int, int, int], tuple[int, ...]] | None = None
+        for nid in nodes.tolist():
+            on = singles.get(nid)
+            if not on:
+                continue
+            pick = _fewest(on, cfg.gpus - int(free[nid]), gpus, len(on) if best is None else best[0][0])
+            if pick is None:
+                continue
+            key = (len(pick), sum(gpus[i] for i in pick), nid)
+            if best is None or key < best[0]:
+                best = (key, pick)
+        return frozenset(best[1]) if best is not None else frozenset()
+    per_node = cfg.gpus // cfg.nodes
+    whole = 0
+    costs: list[tuple[int, int, int, int]] = []
+    for rank, nid in enumerate(nodes[::-1].tolist()):  # highest index first
+        if size[nid] < per_node:
+            continue
+        if free[nid] == size[nid]:
+            whole += 1
+            continue
+        jobs = singles.get(nid, [])
+        held = sum(gpus[i] for i in jobs)
+        if jobs and free[nid] + held == size[nid]:  # held by kept single-node jobs alone
+            costs.append((len(jobs), held, rank, nid))
+    short = cfg.nodes - whole
+    if short <= 0 or len(costs) < short:
+        return frozenset()
+    costs.sort()
+    return frozenset(i for *_, nid in costs[:short] for i in singles[nid])
+
+
+def _fewest(jobs: list[int], need: int, gpus: dict[int, int], most: int) -> tuple[int, ...] | None:
+    """The fewest of ``jobs`` whose GPUs add up to ``need`` or more (then the fewest GPUs, then the lowest
+    indices); None where all of them do not, or where that takes more than ``most`` jobs."""
+    if need <= 0:
+        return None
+    sizes = sorted((gpus[i] for i in jobs), reverse=True)
+    k = next((n for n in range(1, len(sizes) + 1) if sum(sizes[:n]) >= need), None)
+    if k is None or k > most:
+        return None
+    fits = [p for p in itertools.combinations(jobs, k) if sum(gpus[i] for i in p) >= need]
+    return min(fits, key=lambda p: (sum(gpus[i] for i in p), p))
 
 
 def _try_place(
@@ -65,8 +154,9 @@ def _try_place(
     health: Sequence[int] | None = None,
     risk: Sequence[float] | None = None,
     flat: tuple[np.ndarray, np.ndarray] | None = None,
-) -> list[GpuSet] | None:
-    """One placement attempt (``place``): the kept jobs' GPUs, then the others; None where one does not fit. The
+) -> list[GpuSet] | Blocked:
+    """One placement attempt (``place``): the kept jobs' GPUs, then the others; where one does not fit, that job
+    and the free GPUs per node at that moment (``Blocked``). The
     free GPUs are a mask over the cluster's GPU ids and a count per node, so a round costs one pass over the
     GPUs plus the jobs it places (each takes the lowest free ids of the node it lands on)."""
     arrays = cluster.arrays
@@ -97,7 +187,7 @@ def _try_place(
         cfg = _cfg(configs, i)
         ids = arrays.type_nodes.get(cfg.gpu_type)
         if ids is None:
-            return None
+            return Blocked(i, free.copy())
         if cfg.nodes > 1:
             per_node = cfg.gpus // cfg.nodes
             cand = ids[::-1]  # highest node index first
@@ -105,7 +195,7 @@ def _try_place(
             if healthy is not None:  # stable: the usual order among equally healthy nodes
                 whole = whole[np.argsort(healthy[whole], kind="stable")]
             if len(whole) < cfg.nodes:
-                return None
+                return Blocked(i, free.copy())
             gpus: list[int] = []
             for nid in sorted(whole[: cfg.nodes].tolist()):  # a whole node: its lowest ids are free
                 f = int(first[nid])
@@ -116,7 +206,7 @@ def _try_place(
         else:
             fits = ids[free[ids] >= cfg.gpus]  # ascending node ids
             if len(fits) == 0:
-                return None
+                return Blocked(i, free.copy())
             if healthy is None:  # the fullest node that fits, lowest index on ties
                 nid = int(fits[np.argmin(free[fits])])
             else:

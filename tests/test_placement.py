@@ -196,6 +196,22 @@ def test_a_multi_node_job_empties_the_node_with_the_fewest_jobs() -> None:
     assert _on(CLUSTER.gpu_nodes, out[0]) == {1}
 
 
+def test_a_job_placed_before_the_blocked_one_is_not_evicted_for_it() -> None:
+    """Two 8-GPU nodes, each with a kept 4-GPU job and two 1-GPU jobs; a new 4-GPU job. Evicting a 4-GPU job would
+    not help (placed before the newcomer, it takes its node back); the two 1-GPU jobs of node 0 make room, and
+    only they move."""
+    from oak.model.cluster import homogeneous_cluster
+
+    cluster = homogeneous_cluster("rtx", 2, 8)
+    one, four = Configuration("rtx", 1, 1), Configuration("rtx", 1, 4)
+    prev = [(4, 5, 6, 7), (0,), (1,), (12, 13, 14, 15), (8,), (9,), ()]
+    cfgs: list[Configuration | None] = [four, one, one, four, one, one, four]
+    out = place(cluster, cfgs, prev, [four, one, one, four, one, one, None])
+    moved = [i for i in range(6) if out[i] != prev[i]]
+    assert moved == [1, 2]
+    assert {cluster.node_of_gpu(g) for g in out[6]} == {0}
+
+
 @pytest.mark.parametrize("preset", ["paper-12", "sia-64"])
 def test_fragmentation_moves_fewer_kept_jobs_than_re_placing_all(preset: str) -> None:
     """Over random rounds: every placement is valid; a kept multi-node job keeps its GPUs unless every job is
@@ -224,6 +240,12 @@ def test_fragmentation_moves_fewer_kept_jobs_than_re_placing_all(preset: str) ->
             assert len(flat) == len(set(flat))
             for c, p in zip(cfgs, out, strict=True):
                 assert len(p) == (c.gpus if c is not None else 0)
+                if c is None:
+                    continue
+                nodes = {cluster.node_of_gpu(g) for g in p}
+                assert len(nodes) == c.nodes and {cluster.nodes[n].gpu_type for n in nodes} == {c.gpu_type}
+                if c.nodes > 1:  # whole nodes
+                    assert all(sum(cluster.node_of_gpu(g) == n for g in p) == cluster.nodes[n].gpus for n in nodes)
             if isinstance(reference_attempt(cluster, cfgs, prev, kept), Blocked):
                 blocked_rounds += 1
                 scratch = reference_attempt(cluster, cfgs, prev, [False] * n_jobs)

@@ -1,7 +1,7 @@
 """The placer before its free-GPU bookkeeping was vectorised (Python lists of free GPUs per node), kept as the
 reference that ``oak.placement.placer._try_place`` must agree with placement for placement, and where an attempt
 stops, on the job and the free GPUs per node (tests/test_placement.py). Which kept jobs are evicted then is the
-product's ``evictions`` on that state (tested on its own there)."""
+product's ``evictions`` on that state (its rule is tested by the hand-built rounds there)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from oak.model.cluster import Cluster
 from oak.model.config import Configuration
-from oak.placement.placer import Blocked, GpuSet, _cfg, evictions
+from oak.placement.placer import Blocked, GpuSet, _cfg, evictions, placed_order
 
 
 def reference_place(
@@ -23,7 +23,7 @@ def reference_place(
     health: Sequence[int] | None = None,
     risk: Sequence[float] | None = None,
 ) -> list[GpuSet] | None:
-    """``place`` as it was: None where no placement fits."""
+    """``place`` with the list-based attempts: None where no placement fits."""
     kept = [
         c is not None and (c is pc or c == pc) and len(prev) == c.gpus
         for c, pc, prev in zip(configs, previous_configs, previous, strict=True)
@@ -32,7 +32,9 @@ def reference_place(
         result = _try_place(cluster, configs, previous, kept, down, health, risk)
         if not isinstance(result, Blocked):
             return result
-        victims = evictions(cluster, configs, previous, kept, result)
+        if not any(kept):
+            return None
+        victims = evictions(cluster, configs, previous, kept, result, placed_order(configs, health, risk))
         if not victims:
             break
         kept = [k and i not in victims for i, k in enumerate(kept)]

@@ -11,7 +11,7 @@ Sia's configuration sets (powers of two inside a node, whole nodes beyond) whene
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,7 +62,9 @@ def place(
         result = _try_place(cluster, configs, previous, kept, down, health, risk, flat)
         if not isinstance(result, Blocked):
             return result
-        victims = evictions(cluster, configs, previous, kept, result)
+        if not any(kept):
+            raise PlacementError("no placement fits the chosen configurations")
+        victims = evictions(cluster, configs, previous, kept, result, placed_order(configs, health, risk))
         if not victims:
             break
         kept = [k and i not in victims for i, k in enumerate(kept)]
@@ -72,20 +74,37 @@ def place(
     return result
 
 
+def placed_order(
+    configs: Sequence[Configuration | None], health: Sequence[int] | None, risk: Sequence[float] | None
+) -> Callable[[int], tuple[int, int, float, int]]:
+    """The order jobs without kept GPUs are placed in (a sort key per job): multi-node first, then larger, then,
+    where node health is known, the most at risk, then the lower index."""
+    at_risk = risk if risk is not None and health is not None else [0.0] * len(configs)
+
+    def key(i: int) -> tuple[int, int, float, int]:
+        c = _cfg(configs, i)
+        return (-c.nodes, -c.gpus, -at_risk[i], i)
+
+    return key
+
+
 def evictions(
     cluster: Cluster,
     configs: Sequence[Configuration | None],
     previous: Sequence[GpuSet],
     kept: Sequence[bool],
     blocked: Blocked,
+    order: Callable[[int], tuple[int, int, float, int]],
 ) -> frozenset[int]:
     """The kept single-node jobs to re-place so that the job ``blocked`` stopped at finds room (empty: none can).
 
-    A single-node job needs one node of its type with enough free GPUs: on each such node, the fewest kept jobs
-    (then the fewest GPUs, then the lowest job indices) that free enough; the node where that costs least (lowest
-    index on ties). A multi-node job needs whole free nodes: the nodes held only by kept single-node jobs, those
-    with the fewest jobs (then GPUs; highest index first on ties, as whole nodes are taken) until there are
-    enough. Nodes holding a multi-node job, or a job placed in this attempt, are not emptied."""
+    Only jobs placed after the blocked one (``order``: ``placed_order``) are candidates: one placed before it
+    would take back the room it left. A single-node job needs one node of its type with enough free GPUs: on each
+    such node, the fewest candidates (then the fewest GPUs, then the lowest job indices) that free enough; the
+    node where that costs least (lowest index on ties). A multi-node job needs whole free nodes: the nodes held
+    only by candidates none of which fills its node (it would need a whole node itself), those with the fewest
+    jobs (then GPUs; highest index first on ties, as whole nodes are taken) until there are enough. Nodes holding
+    a multi-node job, or a job placed in this attempt, are not emptied."""
     cfg = _cfg(configs, blocked.job)
     arrays = cluster.arrays
     nodes = arrays.type_nodes.get(cfg.gpu_type)
@@ -94,11 +113,17 @@ def evictions(
     size, free = arrays.node_gpus, blocked.free
     singles: dict[int, list[int]] = {}  # node → its kept single-node jobs, by job index
     gpus: dict[int, int] = {}
+    stays: set[int] = set()  # nodes holding a kept single-node job that is no candidate
+    after = order(blocked.job)
     for i, k in enumerate(kept):
         c = configs[i]
         if k and c is not None and c.nodes == 1:
-            singles.setdefault(int(arrays.gpu_node[previous[i][0]]), []).append(i)
-            gpus[i] = c.gpus
+            nid = int(arrays.gpu_node[previous[i][0]])
+            if order(i) > after and (cfg.nodes == 1 or c.gpus < size[nid]):
+                singles.setdefault(nid, []).append(i)
+                gpus[i] = c.gpus
+            else:
+                stays.add(nid)
     if cfg.nodes == 1:
         best: tuple[tuple[int, int, int], tuple[int, ...]] | None = None
         for nid in nodes.tolist():
@@ -123,7 +148,7 @@ def evictions(
             continue
         jobs = singles.get(nid, [])
         held = sum(gpus[i] for i in jobs)
-        if jobs and free[nid] + held == size[nid]:  # held by kept single-node jobs alone
+        if jobs and nid not in stays and free[nid] + held == size[nid]:  # held by candidates alone
             costs.append((len(jobs), held, rank, nid))
     short = cfg.nodes - whole
     if short <= 0 or len(costs) < short:
@@ -180,8 +205,7 @@ def _try_place(
     free = size - np.add.reduceat(taken.view(np.int8), first).astype(np.int64)
     free[down_node] = 0
     todo = [i for i, c in enumerate(configs) if c is not None and not kept[i]]
-    at_risk = risk if risk is not None and health is not None else [0.0] * len(configs)
-    todo.sort(key=lambda i: (-_cfg(configs, i).nodes, -_cfg(configs, i).gpus, -at_risk[i], i))
+    todo.sort(key=placed_order(configs, health, risk))
     healthy = None if health is None else np.asarray(health, dtype=np.int64)
     for i in todo:
         cfg = _cfg(configs, i)

@@ -163,10 +163,6 @@ def test_the_placer_agrees_with_its_reference_round_after_round(preset: str) -> 
     assert placed >= 100  # the rounds compared are mostly placements, not failures to place
 
 
-def _on(cluster_nodes: Sequence[int], gpus: tuple[int, ...]) -> set[int]:
-    return {cluster_nodes[g] for g in gpus}
-
-
 def test_a_fragmented_round_moves_only_the_job_in_the_way() -> None:
     """Three 2-GPU jobs kept on three 4-GPU nodes leave no node for a 4-GPU newcomer: one of them (the lowest
     index among equals) is re-placed beside another, the other two keep their GPUs (re-placing every job, the rule
@@ -179,7 +175,7 @@ def test_a_fragmented_round_moves_only_the_job_in_the_way() -> None:
     _check(cfgs, out)
     assert out[1] == prev[1] and out[2] == prev[2]
     assert out[0] != prev[0]
-    assert _on(CLUSTER.gpu_nodes, out[3]) == {0}
+    assert {CLUSTER.node_of_gpu(g) for g in out[3]} == {0}
 
 
 def test_a_multi_node_job_empties_the_node_with_the_fewest_jobs() -> None:
@@ -192,8 +188,8 @@ def test_a_multi_node_job_empties_the_node_with_the_fewest_jobs() -> None:
     out = place(CLUSTER, cfgs, prev, [one, two, one, None])
     _check(cfgs, out)
     assert out[1] == prev[1] and out[2] == prev[2]
-    assert _on(CLUSTER.gpu_nodes, out[3]) == {0, 2}
-    assert _on(CLUSTER.gpu_nodes, out[0]) == {1}
+    assert {CLUSTER.node_of_gpu(g) for g in out[3]} == {0, 2}
+    assert {CLUSTER.node_of_gpu(g) for g in out[0]} == {1}
 
 
 def test_a_job_placed_before_the_blocked_one_is_not_evicted_for_it() -> None:

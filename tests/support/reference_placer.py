@@ -1,7 +1,8 @@
 """The placer before its free-GPU bookkeeping was vectorised (Python lists of free GPUs per node), kept as the
-reference that ``oak.placement.placer._try_place`` must agree with placement for placement, and where an attempt
-stops, on the job and the free GPUs per node (tests/test_placement.py). Which kept jobs are evicted then is the
-product's ``evictions`` on that state (its rule is tested by the hand-built rounds there)."""
+reference that ``oak.placement.placer._try_place`` must agree with placement for placement (tests/test_placement.py).
+Where an attempt stops, the kept jobs evicted are the product's ``evictions`` on this placer's state, so a
+difference in the job or the free GPUs it reports shows in the final placements; the eviction rule itself is
+tested by the hand-built rounds there."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ class PlacementError(RuntimeError):
 GpuSet = tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Blocked:
     """A placement attempt that stopped: the job that found no room and each node's free GPUs at that moment."""
 
@@ -111,9 +111,8 @@ def evictions(
     if nodes is None:
         return frozenset()
     size, free = arrays.node_gpus, blocked.free
-    singles: dict[int, list[int]] = {}  # node → its kept single-node jobs, by job index
+    singles: dict[int, list[int]] = {}  # node → its candidates, by job index
     gpus: dict[int, int] = {}
-    stays: set[int] = set()  # nodes holding a kept single-node job that is no candidate
     after = order(blocked.job)
     for i, k in enumerate(kept):
         c = configs[i]
@@ -122,8 +121,6 @@ def evictions(
             if order(i) > after and (cfg.nodes == 1 or c.gpus < size[nid]):
                 singles.setdefault(nid, []).append(i)
                 gpus[i] = c.gpus
-            else:
-                stays.add(nid)
     if cfg.nodes == 1:
         best: tuple[tuple[int, int, int], tuple[int, ...]] | None = None
         for nid in nodes.tolist():
@@ -148,7 +145,7 @@ def evictions(
             continue
         jobs = singles.get(nid, [])
         held = sum(gpus[i] for i in jobs)
-        if jobs and nid not in stays and free[nid] + held == size[nid]:  # held by candidates alone
+        if jobs and free[nid] + held == size[nid]:  # held by candidates alone (no other kept or placed job)
             costs.append((len(jobs), held, rank, nid))
     short = cfg.nodes - whole
     if short <= 0 or len(costs) < short:

@@ -67,7 +67,7 @@ def test_registry_names_the_product_and_the_paper() -> None:
         ({"switching": 1}, "switching=1; expected True or False"),
         (
             {"move_restart_factor": "failures"},
-            "move_restart_factor='failures'; expected one of moves, all, none, stint",
+            "move_restart_factor='failures'; expected one of moves, all, none, stint, stint-moved",
         ),
     ],
 )
@@ -419,6 +419,35 @@ def test_a_stint_pays_for_its_move_before_the_next_and_old_moves_are_forgotten()
     assert (state.moves[name], state.progress_s[name], state.stint_from_s[name]) == (4, 300.0, 290.0)
     later = dataclasses.replace(just, t_progress_s=frozen_array([360.0], np.float64), policy_state=state)
     assert policy.decide(later).config[0] == four  # 70 s since the move: r = 70/120, 1.97·r > 1
+
+
+def test_a_first_stint_is_held_only_where_the_rule_says() -> None:
+    """``move_restart_factor="stint-moved"``: a job that has not moved since its first start is not held (r = 1:
+    that start was no move, nothing is owed for it), so 10 s into its run it doubles where s alone would, while
+    "stint" holds it (r = 10/60). Once it has moved, both hold it until its progress pays for that restore; the
+    policy's note says why it stays."""
+    snap, two, four = _doubling_round(10.0, restarts=0)
+    first_free = RestartAwareOakPolicy(move_restart_factor="stint-moved")
+    assert RestartAwareOakPolicy(move_restart_factor="stint").decide(snap).config[0] == two
+    assert first_free.decide(snap).config[0] == four
+    assert RestartAwareOakPolicy(move_restart_factor="none").decide(snap).config[0] == four
+    assert first_free.notes(snap, first_free.decide(snap)) == {}
+
+    name = snap.job_names[0]
+    moved = dataclasses.replace(  # the previous round saw no move at 5 s of progress: the move came after it
+        snap,
+        restarts=frozen_array([1], np.int64),
+        t_ckpt_s=frozen_array([100.0], np.float64),
+        policy_state=WaitLedger(
+            moves=MappingProxyType({name: 0}),
+            progress_s=MappingProxyType({name: 5.0}),
+            stint_from_s=MappingProxyType({name: 0.0}),
+        ),
+    )
+    assert first_free.decide(moved).config[0] == two  # r = 5/(5 + 50)
+    assert RestartAwareOakPolicy(move_restart_factor="stint").decide(moved).config[0] == two
+    note = first_free.notes(moved, first_free.decide(moved))[0]
+    assert "last move was 5 s of progress ago" in note and "r = 0.09" in note, note
 
 
 def _two_waiting(remaining: tuple[float, float]) -> RoundSnapshot:

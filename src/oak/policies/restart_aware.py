@@ -106,9 +106,12 @@ def switching_factor(snap: RoundSnapshot) -> FloatArray:
 
 
 #: What the restart factor on a move is measured from (``RestartAwareOakPolicy.move_restart_factor``): the restore
-#: time of the job's own moves, all its restore time (failures' too), no restart factor (s alone), or the job's
-#: progress since its last move against one restore (``stint_factor``).
-MOVE_RESTART_FACTORS = ("moves", "all", "none", "stint")
+#: time of the job's own moves, all its restore time (failures' too), no restart factor (s alone), the job's
+#: progress since its last move against one restore (``stint_factor``), or that only once the job has moved
+#: (``move_stint_factor``; docs/explore-study.md, "The first stint free").
+MOVE_RESTART_FACTORS = ("moves", "all", "none", "stint", "stint-moved")
+#: the rules that measure r over the job's current stint (``stint_factor``)
+STINT_FACTORS = ("stint", "stint-moved")
 
 
 #: how a job's wait is credited in its admission cost (``admission_costs``): "none", "soft" (R_i² / (R_i + Q_i) in
@@ -188,6 +191,15 @@ def stint_factor(snap: RoundSnapshot, since_move_s: FloatArray) -> FloatArray:
     return np.asarray(r, dtype=np.float64)
 
 
+def move_stint_factor(snap: RoundSnapshot, since_move_s: FloatArray, rule: str) -> FloatArray:
+    """(J,) r on a move under a stint rule (``STINT_FACTORS``): ``stint_factor``; under "stint-moved" 1 for a job
+    that has not moved since its first start (that start was no move: nothing is held to pay for it)."""
+    r = stint_factor(snap, since_move_s)
+    if rule == "stint-moved":
+        r = np.where(starts_and_moves(snap)[1] > 0, r, 1.0)
+    return r
+
+
 def move_factor(
     snap: RoundSnapshot,
     switching: bool = True,
@@ -200,9 +212,9 @@ def move_factor(
     j, c = snap.goodput.shape
     held = np.flatnonzero(snap.current >= 0)
     m = np.ones((j, c))
-    if restart_factor == "stint":
+    if restart_factor in STINT_FACTORS:
         tau = snap.t_progress_s if since_move_s is None else since_move_s
-        m[held] = stint_factor(snap, tau)[held, None]
+        m[held] = move_stint_factor(snap, tau, restart_factor)[held, None]
     elif restart_factor != "none":
         ckpt = move_restore_time(snap) if restart_factor == "moves" else snap.t_ckpt_s
         r = restart_factor_decomposed(snap.t_progress_s, ckpt, snap.restart_penalty_s)
@@ -398,7 +410,8 @@ class RestartAwareOakPolicy(PolicyBase):
     failure_aware: bool = True
     #: what the restart factor r on a move is measured from: "stint" (the job's progress since its last move
     #: against one restore, ``stint_factor``), "moves" (the restore time of the job's own moves over its life: the
-    #: rule before), "all" (all its restore time, failures' included), "none" (a move valued by s alone).
+    #: rule before), "all" (all its restore time, failures' included), "none" (a move valued by s alone),
+    #: "stint-moved" (the stint's r once the job has moved, 1 before: measured, not the default).
     #: docs/model.md, "Growth under an exploration cap", and docs/explore-study.md compare them.
     move_restart_factor: str = "stint"
     #: value each configuration net of what failures and checkpoints cost there (``snap.failure_overhead``); off:
@@ -466,11 +479,11 @@ class RestartAwareOakPolicy(PolicyBase):
 
     @property
     def _keeps_ledger(self) -> bool:
-        return self.guards_waiting or self.move_restart_factor == "stint"
+        return self.guards_waiting or self.move_restart_factor in STINT_FACTORS
 
     def _stint_from(self, snap: RoundSnapshot) -> FloatArray | None:
         """(J,) T_progress at each job's current stint's start (``stint_starts``), or None unless r is the stint's."""
-        if self.move_restart_factor != "stint":
+        if self.move_restart_factor not in STINT_FACTORS:
             return None
         return stint_starts(snap, snap.policy_state if isinstance(snap.policy_state, WaitLedger) else None)
 
@@ -602,11 +615,11 @@ class RestartAwareOakPolicy(PolicyBase):
         return out
 
     def stint_notes(self, snap: RoundSnapshot, alloc: Allocation) -> dict[int, str]:
-        """Jobs that keep their configuration because their last move is not paid for yet (``move_restart_factor=
-        "stint"``): a configuration worth more than staying by its goodput and s alone (G_ij·s_ij > G_i,now) but
-        not once r is counted (G_ij·r_i·s_ij ≤ G_i,now). Says how much progress the job has made since its last
-        move (or its start), its restore, r, and the r the best such move needs."""
-        if self.move_restart_factor != "stint" or snap.num_jobs == 0:
+        """Jobs that keep their configuration because their last move is not paid for yet (``move_restart_factor``
+        "stint" or "stint-moved"): a configuration worth more than staying by its goodput and s alone (G_ij·s_ij >
+        G_i,now) but not once r is counted (G_ij·r_i·s_ij ≤ G_i,now). Says how much progress the job has made since
+        its last move (or its start), its restore, r, and the r the best such move needs."""
+        if self.move_restart_factor not in STINT_FACTORS or snap.num_jobs == 0:
             return {}
         cur = snap.current
         held = np.flatnonzero((cur >= 0) & (alloc.config == cur) & ~snap.restoring)
@@ -615,7 +628,7 @@ class RestartAwareOakPolicy(PolicyBase):
         stint_from = self._stint_from(snap)
         assert stint_from is not None
         tau = snap.t_progress_s - stint_from
-        r = stint_factor(snap, tau)
+        r = move_stint_factor(snap, tau, self.move_restart_factor)
         restore = restore_per_start(snap)
         _, moves = starts_and_moves(snap)
         gs = snap.goodput * (switching_factor(snap) if self.switching else 1.0)

@@ -91,5 +91,8 @@ def test_bench_sweep_reports_three_ways_with_the_same_results(tmp_path: Path) ->
     ways = json.loads(out.read_text())["ways"]
     assert [w["workers"] for w in ways] == [1, 2, 2] and all(w["same_results"] for w in ways)
     assert all(w["wall_s"] > 0 and w["floor_s"] > 0 for w in ways)
+    (goal,) = json.loads(out.read_text())["goals"]  # 2 workers: the pool goal, with its verdict either way
+    assert goal["goal"] == "2 workers ≥ 1.8x one process" and isinstance(goal["met"], bool)
+    assert "goal (issue [fast-at-scale]): 2 workers ≥ 1.8x one process" in " ".join(res.output.split())
     bad = CliRunner().invoke(app, [*args, "--workers", "0"])
     assert bad.exit_code == 2 and "--workers 0: expected a positive integer" in bad.output

@@ -575,6 +575,7 @@ def test_bench_sim_reports_the_cold_reference_and_the_paired_rounds(tmp_path: Pa
     assert "auto/cold" in res.output and "paired rounds" in res.output
     data = json.loads(out.read_text())
     assert [r["solver"] for r in data["sim"]] == ["auto", "auto, cold"]
+    assert data["goals"] == [] and "goal (issue" not in res.output  # no [fast-at-scale] goal at this size
     paired = data["paired"]
     assert paired["rounds"] == data["sim"][0]["rounds"] > 0
     assert 0 <= paired["differ"] <= paired["rounds"]

@@ -17,6 +17,67 @@ from oak.cli.common import ClusterOpt, JsonOpt, bench_app, console, fail
 from oak.policies.base import PolicyBase
 
 
+@dataclasses.dataclass(frozen=True)
+class Goal:
+    """One goal of issue [fast-at-scale] that a benchmark's configuration measures: the goal as the issue states
+    it, what this run measured, and the verdict (``None``: one run cannot decide it, e.g. a ratio against an
+    older commit)."""
+
+    goal: str
+    measured: str
+    met: bool | None
+
+    def line(self) -> str:
+        verdict = "not decided by one run" if self.met is None else ("met" if self.met else "missed")
+        return f"goal (issue \\[fast-at-scale]): {self.goal}: {self.measured} — {verdict}"
+
+
+def _short(value: float, target: float, more_is_better: bool) -> str:
+    """How far a value is from its target, as a factor (empty when the target is reached)."""
+    if (value >= target) if more_is_better else (value <= target):
+        return ""
+    factor = target / value if more_is_better else value / target
+    return f", {factor:.2f}x short" if more_is_better else f", {factor:.2f}x over"
+
+
+def sim_goals(
+    workload: str, jobs: int, cluster: str, failure_rate: float, auto: dict[str, Any], ratio: float | None
+) -> list[Goal]:
+    """The [fast-at-scale] goals that ``oak bench sim``'s configuration measures (none for other configurations).
+    ``auto``: the default solver's row (``rounds_per_s``, ``decision_ms_median``, ``wall_s``); ``ratio``: its
+    speed-up in wall time over the cold reference of the same run, if one ran."""
+    goals: list[Goal] = []
+    wall = float(auto["wall_s"])
+    if cluster == "paper-12" and workload == "medium":
+        rps, med = float(auto["rounds_per_s"]), float(auto["decision_ms_median"])
+        rounds = f"{rps:,.0f} rounds/s{_short(rps, 5000.0, True)}"
+        goals.append(Goal("paper scale ≥ 5,000 simulated rounds/s", rounds, rps >= 5000.0))
+        goals.append(
+            Goal("paper scale median decision ≤ 0.05 ms", f"{med:.3f} ms{_short(med, 0.05, False)}", med <= 0.05)
+        )
+    if cluster == "sia-64x32" and jobs == 1000 and failure_rate == 0.05:
+        seen = f"{wall:.1f} s{_short(wall, 10.0, False)}"
+        goals.append(Goal("1,000 jobs on sia-64x32 at λ = 0.05 in ≤ 10 s on 2 cores", seen, wall <= 10.0))
+    if cluster == "sia-64x8" and jobs == 1280 and failure_rate == 0.1:
+        seen = f"{wall:.1f} s" + ("" if ratio is None else f", {ratio:.2f}x faster than the cold reference")
+        goal = "1,280 jobs on sia-64x8 at λ = 0.1 ≥ 5x faster than the code before warm starts (docs/performance.md)"
+        goals.append(Goal(goal, seen, None))
+    return goals
+
+
+def sweep_goal(workers: int, speedup: float) -> Goal | None:
+    """[fast-at-scale]'s pool goal: 2 workers ≥ 1.8x one process (``None`` for other worker counts)."""
+    if workers != 2:
+        return None
+    return Goal("2 workers ≥ 1.8x one process", f"{speedup:.2f}x{_short(speedup, 1.8, True)}", speedup >= 1.8)
+
+
+def reproduce_goal(wall_s: float, cpus: int, workers: int) -> Goal:
+    """[fast-at-scale]'s goal for ``oak reproduce all --paper-seeds`` run from an empty store: ≤ 5 minutes."""
+    seen = f"{wall_s / 60:.1f} min on {cpus} core(s), {workers} worker(s){_short(wall_s, 300.0, False)}"
+    return Goal("oak reproduce all --paper-seeds in ≤ 5 min on 2 cores", seen, wall_s <= 300.0)
+
+
 class _Recorder(PolicyBase):
     """OAK's decisions, with every snapshot recorded (including the per-shape goodput Pollux needs)."""
 
@@ -438,6 +499,11 @@ def bench_sim(
             f"identical JCT: {sum(same)} of {len(same)} jobs "
             f"(mean {out[0]['mean_jct_s']:,.1f} s vs {out[1]['mean_jct_s']:,.1f} s)"
         )
+    ratio = out[1]["wall_s"] / out[0]["wall_s"] if len(out) == 2 and ref == "cold" else None
+    goals = sim_goals(wl.name, len(wl.jobs), cluster, failure_rate, out[0], ratio)
+    for g in goals:
+        console.print(g.line())
+    extra["goals"] = [dataclasses.asdict(g) for g in goals]
     if paired:
         extra["paired"] = _paired_rounds(sim, make_policy(policy), failure_rate, seed)
         p = extra["paired"]
@@ -569,8 +635,20 @@ def bench_sweep(
     ]
     console.print(_table(title, head, body))
     console.print(f"medians of {repeat} alternating repeat(s); the runs' own time is the sum of their wall times")
+    goal = sweep_goal(workers, ref / statistics.median(walls[ways[-1][0]]))  # longest first: compare's pool
+    if goal is not None:
+        console.print(goal.line())
     if json_path is not None:
-        write_json(Path(json_path), {"runs": len(specs), "repeat": repeat, "ways": rows, "walls": walls})
+        write_json(
+            Path(json_path),
+            {
+                "runs": len(specs),
+                "repeat": repeat,
+                "ways": rows,
+                "walls": walls,
+                "goals": [] if goal is None else [dataclasses.asdict(goal)],
+            },
+        )
 
 
 class _PairedPolicy:

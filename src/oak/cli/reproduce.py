@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -151,6 +152,11 @@ def reproduce(
     wall = time.perf_counter() - start
     report = write_report(out, names, plan, store, wall_s=wall)
     console.print(f"simulated {len(todo)} runs in {wall:,.0f} s; report: {report} and {report.with_suffix('.html')}")
+    fresh = todo and len(todo) == len(set(specs))  # nothing stored before: the time is the whole evaluation's
+    if experiment == "all" and paper_seeds and not quick and fresh and backend == "local":
+        from oak.cli.bench import reproduce_goal
+
+        console.print(reproduce_goal(wall, os.cpu_count() or 1, workers or os.cpu_count() or 1).line())
 
 
 def _table4(out: Path, scale: str, cpu_slots: int | None, gpus: str | None, seeds: int | None) -> None:

@@ -13,10 +13,10 @@ def _row(rounds_per_s: float = 1000.0, median_ms: float = 0.2, wall_s: float = 2
 
 
 def test_paper_scale_goals_are_met_at_their_thresholds_and_missed_by_a_stated_factor() -> None:
-    met = sim_goals("medium", 12, "paper-12", 0.1, _row(5000.0, 0.05), None)
+    met = sim_goals("oak", "medium", 12, "paper-12", 0.1, _row(5000.0, 0.05), None)
     assert [g.met for g in met] == [True, True]
     assert all("short" not in g.measured and "over" not in g.measured for g in met)
-    missed = sim_goals("medium", 12, "paper-12", 0.1, _row(1250.0, 0.2), None)
+    missed = sim_goals("oak", "medium", 12, "paper-12", 0.1, _row(1250.0, 0.2), None)
     assert [g.met for g in missed] == [False, False]
     assert "1,250 rounds/s, 4.00x short" in missed[0].measured and "0.200 ms, 4.00x over" in missed[1].measured
     assert missed[0].line().endswith("— missed") and "[fast-at-scale]" in missed[0].line()
@@ -32,16 +32,21 @@ def test_paper_scale_goals_are_met_at_their_thresholds_and_missed_by_a_stated_fa
     ],
 )
 def test_other_configurations_measure_no_goal(workload: str, jobs: int, cluster: str, lam: float) -> None:
-    assert sim_goals(workload, jobs, cluster, lam, _row(), 2.0) == []
+    assert sim_goals("oak", workload, jobs, cluster, lam, _row(), 2.0) == []
+
+
+def test_the_goals_are_the_products_only() -> None:
+    assert sim_goals("oak", "medium", 12, "paper-12", 0.1, _row(), None) != []
+    assert sim_goals("sia", "medium", 12, "paper-12", 0.1, _row(), None) == []
 
 
 def test_the_large_trace_goals() -> None:
-    (philly,) = sim_goals("philly", 1000, "sia-64x32", 0.05, _row(wall_s=12.5), None)
+    (philly,) = sim_goals("oak", "philly", 1000, "sia-64x32", 0.05, _row(wall_s=12.5), None)
     assert philly.met is False and "12.5 s, 1.25x over" in philly.measured
-    (ok,) = sim_goals("philly", 1000, "sia-64x32", 0.05, _row(wall_s=7.6), None)
+    (ok,) = sim_goals("oak", "philly", 1000, "sia-64x32", 0.05, _row(wall_s=7.6), None)
     assert ok.met is True
     # ≥ 5x against the code before warm starts: an older commit, so one run states its figures, no verdict
-    (big,) = sim_goals("synth", 1280, "sia-64x8", 0.1, _row(wall_s=15.5), 2.42)
+    (big,) = sim_goals("oak", "synth", 1280, "sia-64x8", 0.1, _row(wall_s=15.5), 2.42)
     assert big.met is None and "2.42x faster than the cold reference" in big.measured
     assert big.line().endswith("not decided by one run")
 

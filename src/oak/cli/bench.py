@@ -41,12 +41,20 @@ def _short(value: float, target: float, more_is_better: bool) -> str:
 
 
 def sim_goals(
-    workload: str, jobs: int, cluster: str, failure_rate: float, auto: dict[str, Any], ratio: float | None
+    policy: str,
+    workload: str,
+    jobs: int,
+    cluster: str,
+    failure_rate: float,
+    auto: dict[str, Any],
+    ratio: float | None,
 ) -> list[Goal]:
-    """The [fast-at-scale] goals that ``oak bench sim``'s configuration measures (none for other configurations).
-    ``auto``: the default solver's row (``rounds_per_s``, ``decision_ms_median``, ``wall_s``); ``ratio``: its
+    """The [fast-at-scale] goals that ``oak bench sim``'s configuration measures (none for other configurations;
+    the goals are the product's, so only for ``policy`` "oak"). ``auto``: the default solver's row (``rounds_per_s``, ``decision_ms_median``, ``wall_s``); ``ratio``: its
     speed-up in wall time over the cold reference of the same run, if one ran."""
     goals: list[Goal] = []
+    if policy != "oak":
+        return goals
     wall = float(auto["wall_s"])
     if cluster == "paper-12" and workload == "medium":
         rps, med = float(auto["rounds_per_s"]), float(auto["decision_ms_median"])
@@ -500,7 +508,7 @@ def bench_sim(
             f"(mean {out[0]['mean_jct_s']:,.1f} s vs {out[1]['mean_jct_s']:,.1f} s)"
         )
     ratio = out[1]["wall_s"] / out[0]["wall_s"] if len(out) == 2 and ref == "cold" else None
-    goals = sim_goals(wl.name, len(wl.jobs), cluster, failure_rate, out[0], ratio)
+    goals = sim_goals(policy, wl.name, len(wl.jobs), cluster, failure_rate, out[0], ratio)
     for g in goals:
         console.print(g.line())
     extra["goals"] = [dataclasses.asdict(g) for g in goals]

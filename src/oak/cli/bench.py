@@ -34,10 +34,9 @@ class Goal:
 
 def _short(value: float, target: float, more_is_better: bool) -> str:
     """How far a value is from its target, as a factor (empty when the target is reached)."""
-    if (value >= target) if more_is_better else (value <= target):
-        return ""
-    factor = target / value if more_is_better else value / target
-    return f", {factor:.2f}x short" if more_is_better else f", {factor:.2f}x over"
+    if more_is_better:
+        return "" if value >= target else f", {target / value:.2f}x short"
+    return "" if value <= target else f", {value / target:.2f}x over"
 
 
 def sim_goals(
@@ -50,8 +49,9 @@ def sim_goals(
     ratio: float | None,
 ) -> list[Goal]:
     """The [fast-at-scale] goals that ``oak bench sim``'s configuration measures (none for other configurations;
-    the goals are the product's, so only for ``policy`` "oak"). ``auto``: the default solver's row (``rounds_per_s``, ``decision_ms_median``, ``wall_s``); ``ratio``: its
-    speed-up in wall time over the cold reference of the same run, if one ran."""
+    the goals are the product's, so only for ``policy`` "oak"). ``auto``: the default solver's row
+    (``rounds_per_s``, ``decision_ms_median``, ``wall_s``); ``ratio``: its speed-up in wall time over the cold
+    reference of the same run, if one ran."""
     goals: list[Goal] = []
     if policy != "oak":
         return goals
@@ -610,7 +610,7 @@ def bench_sweep(
             longest[name].append(float(max(r.wall_s for r in res)))
             jcts.setdefault(name, [[j.jct_s for j in r.jobs] for r in res])
     ref = statistics.median(walls[ways[0][0]])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, _ in ways:
         n = 1 if name == ways[0][0] else workers
         wall = statistics.median(walls[name])
@@ -643,7 +643,7 @@ def bench_sweep(
     ]
     console.print(_table(title, head, body))
     console.print(f"medians of {repeat} alternating repeat(s); the runs' own time is the sum of their wall times")
-    goal = sweep_goal(workers, ref / statistics.median(walls[ways[-1][0]]))  # longest first: compare's pool
+    goal = sweep_goal(workers, rows[-1]["speedup"])  # longest first: the pool oak compare and reproduce use
     if goal is not None:
         console.print(goal.line())
     if json_path is not None:

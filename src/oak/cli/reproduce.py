@@ -152,12 +152,13 @@ def reproduce(
     wall = time.perf_counter() - start
     report = write_report(out, names, plan, store, wall_s=wall)
     console.print(f"simulated {len(todo)} runs in {wall:,.0f} s; report: {report} and {report.with_suffix('.html')}")
-    fresh = todo and len(todo) == len(set(specs))  # nothing stored before: the time is the whole evaluation's
+    fresh = bool(todo) and len(todo) == len(set(specs))  # nothing stored before: the whole evaluation's time
     if experiment == "all" and paper_seeds and not quick and fresh and backend == "local":
         from oak.cli.bench import reproduce_goal
 
+        cpus = os.cpu_count() or 1
         whole = time.perf_counter() - start  # the report included
-        console.print(reproduce_goal(whole, os.cpu_count() or 1, workers or os.cpu_count() or 1).line())
+        console.print(reproduce_goal(whole, cpus, workers or cpus).line())
 
 
 def _table4(out: Path, scale: str, cpu_slots: int | None, gpus: str | None, seeds: int | None) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from oak.reproduce.experiments import EXPERIMENTS
+from support.cli import oak
 
 
 def _reproduce(*args: str) -> subprocess.CompletedProcess[str]:
@@ -94,6 +95,16 @@ def test_reproduce_rejects_unknown_experiment(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert "experiment 'table9' is unknown" in " ".join(res.stderr.split())
     assert "Traceback" not in res.stderr
+
+
+def test_the_list_names_every_experiment_with_its_paper_reference_verbatim() -> None:
+    """Square brackets in a reference (an issue tag) are printed, not taken for console markup."""
+    res = oak("reproduce", "--list")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    for exp in EXPERIMENTS.values():
+        assert any(line.startswith(exp.name) and exp.paper_ref in line for line in lines), exp.name
+    assert any("[" in exp.paper_ref for exp in EXPERIMENTS.values())
 
 
 def test_restart_aware_traces_errors(tmp_path: Path) -> None:

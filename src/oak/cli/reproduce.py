@@ -78,7 +78,7 @@ def reproduce(
 
     if list_:
         for e in EXPERIMENTS.values():
-            console.print(f"{e.name:18} {e.paper_ref:16} {e.title}")
+            console.print(f"{e.name:18} {e.paper_ref:16} {e.title}", markup=False, highlight=False)
         console.print(f"{'table4':18} {'§V-F Table IV':16} real training processes (oak run), not part of 'all'")
         return
     if experiment == "table4":

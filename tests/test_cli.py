@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,18 @@ def test_physics_flags_reach_the_run(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["runs"][0]["unfinished_jobs"] > 0  # stopped at the 2,000 s horizon
     res = oak("compare", "--workload", "small", "--policies", "sia", "--seeds", "1", "--restart-on", "sideways")
     assert res.returncode == 2 and "restart_on='sideways'" in res.stderr
+
+
+def test_a_simulation_with_known_goodput_does_not_load_scipy_optimize() -> None:
+    """scipy.optimize (~0.4 s to load, most of a small command's start) is imported where a fit or an LP runs,
+    not by the command line itself."""
+    code = (
+        "import sys\n"
+        "from oak.cli.main import main\n"
+        "sys.argv = ['oak', 'simulate', '--workload', 'small', '--policy', 'sia', '--failure-rate', '0']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('scipy.optimize loaded:', 'scipy.optimize' in sys.modules)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    assert "mean JCT" in res.stdout and "scipy.optimize loaded: False" in res.stdout, res.stdout[-2000:]

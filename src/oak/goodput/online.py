@@ -44,7 +44,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import least_squares
 
 from oak.goodput.throughput import SINGLE_REPLICA_NETWORK_TIME_S, ThroughputParams, iteration_time
 
@@ -312,6 +311,8 @@ def fit_online(
 
     lower = _LOG_LOWER[free]
     upper = _LOG_UPPER[free]
+    from scipy.optimize import least_squares  # here, not at import: scipy.optimize costs a command ~0.4 s to load
+
     best: tuple[float, FloatArray, bool] | None = None
     for compute_mult, network_mult, gamma in STARTS:
         x0 = x_prior.copy()

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
 
 from oak.model.snapshot import Allocation, FloatArray, IntArray, RoundSnapshot
 from oak.policies.base import PolicyBase
@@ -90,6 +89,8 @@ def _fractions_at(problem: FtfProblem, z: float, denom: FloatArray) -> FloatArra
         row[t::k] = problem.gpus
         a_ub.append(row)
         b_ub.append(float(problem.capacity[t]))
+    from scipy.optimize import linprog  # here, not at import: loading scipy.optimize slows every command
+
     res = linprog(np.zeros(n), A_ub=np.array(a_ub), b_ub=np.array(b_ub), bounds=(0, 1), method="highs")
     if res.status != 0:
         return None

@@ -255,3 +255,32 @@ def test_the_product_study_shows_every_rule_set_and_knowledge_side_by_side(tmp_p
             ratio = runs.loc["oak", "mean_jct_s"] / runs.loc["sia", "mean_jct_s"]
             assert cell.startswith(f"{ratio:.2f}×"), (cell, ratio)
             assert re.search(r"· [0-4]/4$", cell), cell
+
+
+def test_the_claims_show_every_rule_set_stored_with_the_same_failure_restarts(tmp_path: Path) -> None:
+    """table2 (small, one seed) stored under the default rules and the Sia artifact's with a failure adding 1, and
+    under the artifact's with a failure adding 2: the report of the artifact's runs with 1 puts the claims of both
+    rule sets, each under both readings of the paper's "Sia", side by side; with 2 (not comparable with the default
+    runs, which add 1) only its own."""
+    store = ResultsStore(tmp_path / "store")
+    plans = [
+        SeedPlan(seeds=1, quick=True),
+        SeedPlan(seeds=1, quick=True, rules="sia-artifact"),
+        SeedPlan(seeds=1, quick=True, rules="sia-artifact", failure_restarts=2),
+    ]
+    with pytest.MonkeyPatch.context() as mp:
+        e = experiments.EXPERIMENTS["table2"]
+        mp.setitem(experiments.EXPERIMENTS, "table2", Experiment(e.name, e.title, e.paper_ref, _small_table2))
+        for plan in plans:
+            execute([s for c in _small_table2(plan) for s in c.specs], store, workers=1)
+        readings = ("goodput", "sia-paper")
+        for plan, rule_sets, heading in (
+            (plans[1], ("default", "sia-artifact"), "both simulator rules"),
+            (plans[2], ("sia-artifact",), "the sia-artifact rules"),
+        ):
+            md = write_report(tmp_path / f"out-{plan.failure_restarts}", ["table2"], plan, store, wall_s=1.0)
+            text = md.read_text(encoding="utf-8")
+            table = next(t for t in _tables(text) if t[0].startswith("| id | paper's claim | ") and "rules" in t[0])
+            assert _header(table)[2:] == [f"{r} rules, “Sia” = {v}" for r in rule_sets for v in readings]
+            assert f"## Claims under {heading} and both readings of the paper's “Sia”" in text
+            assert ("a failure adds 2 to a job's restart count" in text) == (plan.failure_restarts == 2)

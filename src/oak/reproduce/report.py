@@ -1033,8 +1033,9 @@ def _plan_text(plan: SeedPlan) -> str:
 
 
 def _claims_by_reading(selected: Sequence[str], plan: SeedPlan, store: ResultsStore, res: Results) -> list[str]:
-    """The claims' verdicts under every simulator rule set with runs in the store and both readings of the
-    paper's "Sia" (``goodput``, ``sia-paper``), side by side; nothing when only one combination has data."""
+    """The claims' verdicts under every simulator rule set with runs in the store (with the plan's other options)
+    and both readings of the paper's "Sia" (``goodput``, ``sia-paper``), side by side; nothing when only one
+    combination has data."""
     import copy
 
     from oak.engine.rules import RULES
@@ -1059,8 +1060,10 @@ def _claims_by_reading(selected: Sequence[str], plan: SeedPlan, store: ResultsSt
     detail = []
     for title, col in columns:
         detail += [f"- *{title}*: " + "; ".join(f"{c.id}: {c.measured}" for c in col), ""]
+    shown = list(dict.fromkeys(title.split(" rules,")[0] for title, _ in columns))
+    under = "both simulator rules" if len(shown) > 1 else f"the {shown[0]} rules"
     return [
-        "## Claims under both simulator rules and both readings of the paper's “Sia”",
+        f"## Claims under {under} and both readings of the paper's “Sia”",
         "",
         "The same claims and rules as above, evaluated on the runs of each rule set in this store (`--rules`; "
         "docs/model.md, “Simulator rules”) with the paper's “Sia” read as `goodput` (OAK's program with r = K = 1, "

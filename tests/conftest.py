@@ -16,6 +16,11 @@ _TESTS = str(Path(__file__).resolve().parent)
 os.environ["OAK_LIFECYCLE_STRICT"] = "1"
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
+# pytest keeps each test module's assertion-rewritten code in __pycache__ (ignored by git) for the next run, but
+# not where bytecode writing is off (PYTHONDONTWRITEBYTECODE, as on the CI machine): then every pytest-xdist worker
+# rewrites all ~170 test modules again, ~6 s of CPU each. This process writes them; the environment of the
+# commands the tests start is left as it is.
+sys.dont_write_bytecode = False
 
 
 def pytest_collection_modifyitems(config: object, items: list[object]) -> None:

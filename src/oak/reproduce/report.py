@@ -1043,11 +1043,13 @@ def _claims_by_reading(selected: Sequence[str], plan: SeedPlan, store: ResultsSt
     from oak.reproduce.experiments import PAPER_SIA_READINGS
 
     columns: list[tuple[str, list[Any]]] = []
+    shown: list[str] = []  # the rule sets with runs
     for rules in RULES:
         p2 = dataclasses.replace(plan, rules=rules)
         r2 = res if rules == plan.rules else Results(p2, store)
         if not r2._stored["key"].isin(r2.keys(selected)).any():
             continue
+        shown.append(rules)
         for reading in PAPER_SIA_READINGS:
             rv = copy.copy(r2)
             rv.paper_sia = reading
@@ -1060,7 +1062,6 @@ def _claims_by_reading(selected: Sequence[str], plan: SeedPlan, store: ResultsSt
     detail = []
     for title, col in columns:
         detail += [f"- *{title}*: " + "; ".join(f"{c.id}: {c.measured}" for c in col), ""]
-    shown = list(dict.fromkeys(title.split(" rules,")[0] for title, _ in columns))
     under = "both simulator rules" if len(shown) > 1 else f"the {shown[0]} rules"
     return [
         f"## Claims under {under} and both readings of the paper's “Sia”",

@@ -215,7 +215,10 @@ def test_a_job_across_nodes_survives_a_lost_node_and_a_partition(
     env = _env(backend)
     run_dir = tmp_path / "run"
     job_dir = run_dir / "jobs" / "ddp"
-    argv = ["run", str(_jobs(tmp_path, 0.05)), "--cpu-slots", "6", "--backend", backend, "--cluster-from", backend]
+    # 0.2 s of sleep per step (100 s in all): the job must still be running when its node is cut off, after the
+    # node loss, the resume and the lost node's return (up to 120 s on SLURM). At 0.05 s a fast, idle machine
+    # finished its 500 steps while the node came back, before the partition. Sleep does not change the parameters.
+    argv = ["run", str(_jobs(tmp_path, 0.2)), "--cpu-slots", "6", "--backend", backend, "--cluster-from", backend]
     argv += [
         "--round-seconds",
         "5",

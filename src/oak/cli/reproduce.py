@@ -141,8 +141,9 @@ def reproduce(
     specs = [s for n in names for cell in EXPERIMENTS[n].cells(plan) for s in cell.specs]
     store = ResultsStore(out)
     todo = store.missing(specs)
+    total = len(set(specs))
     console.print(
-        f"{len(set(specs))} runs in {len(names)} experiment(s); {len(set(specs)) - len(todo)} already stored in {out}; "
+        f"{total} runs in {len(names)} experiment(s); {total - len(todo)} already stored in {out}; "
         f"running {len(todo)} on the {backend} backend"
     )
     start = time.perf_counter()
@@ -152,7 +153,7 @@ def reproduce(
     wall = time.perf_counter() - start
     report = write_report(out, names, plan, store, wall_s=wall)
     console.print(f"simulated {len(todo)} runs in {wall:,.0f} s; report: {report} and {report.with_suffix('.html')}")
-    fresh = bool(todo) and len(todo) == len(set(specs))  # nothing stored before: the whole evaluation's time
+    fresh = bool(todo) and len(todo) == total  # nothing stored before: the whole evaluation's time
     if experiment == "all" and paper_seeds and not quick and fresh and backend == "local":
         from oak.cli.bench import reproduce_goal
 

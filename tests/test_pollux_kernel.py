@@ -13,6 +13,7 @@ from tests.test_pollux import check_feasible, make_snapshot, repair_cases, unifo
 from oak.model.cluster import homogeneous_cluster
 from oak.model.snapshot import RoundSnapshot
 from oak.policies import pollux_kernel as pk
+from oak.policies.nsga import _hash_weights
 from oak.policies.pollux import PolluxPolicy, PolluxProblem
 from oak.sim import Simulator
 from oak.workloads import load_workload
@@ -115,3 +116,39 @@ def test_population_warm_start_carries_over(medium_rounds: list[RoundSnapshot]) 
     state: Any = first.state
     assert state.population.shape[0] == 100
     assert np.array_equal(state.population[0], first.replicas[PolluxPolicy().problem(snap).order])
+
+
+@st.composite
+def survivor_cases(draw: Any) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """A (μ + λ) union with many equal individuals and many equal objectives, and the number to keep."""
+    total = draw(st.integers(1, 40))
+    shape = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, draw(st.sampled_from([2, 3, 50])), size=(total, *shape)).astype(np.int64)
+    f = -rng.integers(0, draw(st.sampled_from([1, 3, 1000])), size=total).astype(np.float64)
+    return x, f, draw(st.integers(1, total)), seed
+
+
+@pytest.mark.portable
+@settings(max_examples=80, deadline=None)
+@given(survivor_cases(), st.booleans())
+def test_survivors_are_unique_first_then_by_objective_then_by_the_shuffle(
+    case: tuple[np.ndarray, np.ndarray, int, int], collide: bool
+) -> None:
+    """The compiled survival against its definition: an individual equal to an earlier one is a duplicate;
+    keep the n best by (duplicate, F, place in a shuffle drawn from the same generator). Zero hash weights
+    make every row collide, so equal hashes must still be told apart by their rows."""
+    x, f, n, seed = case
+    width = x[0].size
+    weights = np.zeros(width, dtype=np.uint64) if collide else _hash_weights(width)
+    flat = x.reshape(len(x), -1)
+    dup = np.array([any(np.array_equal(flat[i], flat[b]) for b in range(i)) for i in range(len(x))])
+    assert np.array_equal(pk._duplicates(flat, weights), dup.astype(np.int64))
+    perm = np.arange(len(x))
+    pk._shuffle(perm, np.random.default_rng(seed))
+    place = np.empty(len(x), dtype=np.int64)
+    place[perm] = np.arange(len(x))
+    want = np.lexsort((place, f, dup))[:n]
+    got = pk._survive(x, f, n, weights, np.random.default_rng(seed))
+    assert np.array_equal(got, want)

@@ -33,28 +33,6 @@ from oak.policies.nsga import CROSSOVER_PROB, _hash_weights
 from oak.policies.pollux import MAX_NODES_PER_JOB, P_RESET, P_ZERO_ENTRY, P_ZERO_JOB, SPEEDUP_FLOOR
 
 
-@numba.njit(cache=True, inline="always")  # type: ignore[untyped-decorator]
-def _job_speedup(x: Any, i: int, j: int, node_type: Any, speedup: Any) -> float:
-    """Scaled speedup of x[i, j] (K replicas): speedup[j, type of first used node, #nodes, #replicas]."""
-    n_types, n_dim, r_dim = speedup.shape[1], speedup.shape[2], speedup.shape[3]
-    n = 0
-    r = 0
-    first = -1
-    for k in range(x.shape[2]):
-        v = x[i, j, k]
-        if v > 0:
-            n += 1
-            r += v
-            if first < 0:
-                first = k
-    if n >= n_dim or r >= r_dim:
-        return 0.0
-    t = 0
-    if n_types > 1:
-        t = node_type[first] if first >= 0 else node_type[0]
-    return float(speedup[j, t, n, r])
-
-
 @numba.njit(cache=True)  # type: ignore[untyped-decorator]
 def repair(
     x: Any,
@@ -69,26 +47,28 @@ def repair(
     """Reference §4.4, in place on the population x (P, J, K); the steps of ``PolluxProblem.repair``."""
     pop, n_jobs, n_nodes = x.shape
     n_types = type_rank.shape[1]
+    n_speed_types, n_dim, r_dim = speedup.shape[1], speedup.shape[2], speedup.shape[3]
     dist = np.zeros(n_jobs, dtype=np.bool_)
     u = np.empty(n_nodes)
     perm = np.empty(n_nodes, dtype=np.int64)
     per_type = np.zeros(n_types, dtype=np.int64)
     for i in range(pop):
-        for j in range(n_jobs):
+        n_dist = 0
+        for j in range(n_jobs):  # (1) clip to [0, GPUs of the node], counting the nodes a job uses
+            nz = 0
             for k in range(n_nodes):
                 v = x[i, j, k]
                 if v < 0:
                     x[i, j, k] = 0
                 elif v > node_gpus[k]:
                     x[i, j, k] = node_gpus[k]
+                if x[i, j, k] > 0:
+                    nz += 1
+            dist[j] = nz > 1
+            n_dist += nz > 1
         # (2) one distributed job per node: from the second distributed job on, later jobs lose the node
-        if n_nodes > 1:
-            for j in range(n_jobs):
-                nz = 0
-                for k in range(n_nodes):
-                    if x[i, j, k] > 0:
-                        nz += 1
-                dist[j] = nz > 1
+        # (nothing to do with fewer than two distributed jobs)
+        if n_dist > 1:
             for k in range(n_nodes):
                 c = 0
                 for j in range(n_jobs):
@@ -136,12 +116,19 @@ def repair(
                 m = min(cum, node_gpus[k])
                 x[i, j, k] = m - prev
                 prev = m
-        # (6) one GPU type per job: the type holding most of its GPUs (ties: better-ranked type)
+        # (6) one GPU type per job: the type holding most of its GPUs (ties: better-ranked type); a job on
+        # one type keeps it (its count outscores any rank, ranks being 0 … types − 1), so only mixed rows change
         if n_types > 1:
             for j in range(n_jobs):
                 per_type[:] = 0
                 for k in range(n_nodes):
                     per_type[node_type[k]] += x[i, j, k]
+                used = 0
+                for t in range(n_types):
+                    if per_type[t] > 0:
+                        used += 1
+                if used < 2:
+                    continue
                 keep = 0
                 best = per_type[0] * n_types + type_rank[j, 0]
                 for t in range(1, n_types):
@@ -152,12 +139,25 @@ def repair(
                 for k in range(n_nodes):
                     if node_type[k] != keep:
                         x[i, j, k] = 0
-        # (7) min GPUs and positive goodput
+        # (7) min GPUs and positive goodput (every entry is >= 0 here, so the GPUs are the replicas counted)
         for j in range(n_jobs):
-            s = 0
+            n = 0
+            r = 0
+            first = -1
             for k in range(n_nodes):
-                s += x[i, j, k]
-            if s < min_gpus[j] or _job_speedup(x, i, j, node_type, speedup) <= 0.0:
+                v = x[i, j, k]
+                if v > 0:
+                    n += 1
+                    r += v
+                    if first < 0:
+                        first = k
+            drop = r < min_gpus[j] or n >= n_dim or r >= r_dim
+            if not drop:
+                t = 0
+                if n_speed_types > 1:
+                    t = node_type[first] if first >= 0 else node_type[0]
+                drop = speedup[j, t, n, r] <= 0.0
+            if drop:
                 for k in range(n_nodes):
                     x[i, j, k] = 0
 
@@ -166,8 +166,9 @@ def repair(
 def evaluate(x: Any, current: Any, node_type: Any, speedup: Any, restart_factor: Any, p: float) -> Any:
     """F1 = −PM_p(ŝ) per individual of x (P, J, K), as ``PolluxProblem.evaluate``.
 
-    The speedup lookup of :func:`_job_speedup` is fused here with the changed-row test (one pass over the
-    nodes): calling it and testing separately made a Pollux round ~1.5× slower (measured on recorded rounds)."""
+    The speedup lookup (speedup[j, type of first used node, #nodes, #replicas]) is fused here with the
+    changed-row test (one pass over the nodes): a separate lookup made a Pollux round ~1.5× slower (measured on
+    recorded rounds)."""
     pop, n_jobs, n_nodes = x.shape
     n_types, n_dim, r_dim = speedup.shape[1], speedup.shape[2], speedup.shape[3]
     f = np.empty(pop)
@@ -269,45 +270,73 @@ def _shuffle(a: Any, rng: Any) -> None:
 
 
 @numba.njit(cache=True)  # type: ignore[untyped-decorator]
+def _duplicates(flat: Any, weights: Any) -> Any:
+    """1 where a row of flat (N, W) equals an earlier row, else 0: rows hashed (the weights of
+    ``nsga._hash_weights``) into an open-addressing table of first occurrences, equal hashes compared in full."""
+    total, width = flat.shape
+    size = 4
+    while size < 2 * total:
+        size *= 2
+    mask = np.uint64(size - 1)
+    table = np.full(size, -1, dtype=np.int64)
+    keys = np.empty(total, dtype=np.uint64)
+    dup = np.zeros(total, dtype=np.int64)
+    for i in range(total):
+        h = np.uint64(0)
+        for q in range(width):
+            h += np.uint64(flat[i, q]) * weights[q]
+        keys[i] = h
+        slot = np.int64((h ^ (h >> np.uint64(31))) & mask)
+        while True:
+            b = table[slot]
+            if b < 0:
+                table[slot] = i
+                break
+            if keys[b] == h:
+                same = True
+                for q in range(width):
+                    if flat[i, q] != flat[b, q]:
+                        same = False
+                        break
+                if same:
+                    dup[i] = 1
+                    break
+            slot = (slot + 1) & (size - 1)
+    return dup
+
+
+@numba.njit(cache=True)  # type: ignore[untyped-decorator]
 def _survive(x: Any, f: Any, n: int, weights: Any, rng: Any) -> Any:
     """Indices of the n survivors: unique individuals before duplicates, then lower F, then at random."""
     total = x.shape[0]
-    flat = x.reshape(total, -1)
-    keys = np.zeros(total, dtype=np.uint64)
-    for i in range(total):
-        h = np.uint64(0)
-        for q in range(flat.shape[1]):
-            h += np.uint64(flat[i, q]) * weights[q]
-        keys[i] = h
-    by_key = np.argsort(keys, kind="mergesort")
-    dup = np.zeros(total, dtype=np.int64)
-    start = 0
-    while start < total:
-        end = start + 1
-        while end < total and keys[by_key[end]] == keys[by_key[start]]:
-            end += 1
-        for a in range(start + 1, end):  # stable: earlier individuals come first within a run
-            ia = by_key[a]
-            for b in range(start, a):
-                ib = by_key[b]
-                if dup[ib] == 0:
-                    same = True
-                    for q in range(flat.shape[1]):
-                        if flat[ia, q] != flat[ib, q]:
-                            same = False
-                            break
-                    if same:
-                        dup[ia] = 1
-                        break
-        start = end
+    dup = _duplicates(x.reshape(total, -1), weights)
     perm = np.arange(total)  # a random order breaks the remaining ties
     _shuffle(perm, rng)
-    unique = perm[dup[perm] == 0]
-    best = unique[np.argsort(f[unique], kind="mergesort")]
-    if len(best) >= n:
-        return best[:n]
-    dups = perm[dup[perm] == 1]
-    return np.concatenate((best, dups[np.argsort(f[dups], kind="mergesort")]))[:n]
+    n_unique = total - int(dup.sum())
+    order = np.empty(total, dtype=np.int64)  # unique individuals in perm's order, then duplicates
+    fo = np.empty(total)
+    u = 0
+    d = n_unique
+    for q in range(total):
+        i = perm[q]
+        if dup[i] == 0:
+            order[u] = i
+            fo[u] = f[i]
+            u += 1
+        else:
+            order[d] = i
+            fo[d] = f[i]
+            d += 1
+    out = np.empty(n, dtype=np.int64)
+    by_f = np.argsort(fo[:n_unique], kind="mergesort")
+    m = min(n, n_unique)
+    for r in range(m):
+        out[r] = order[by_f[r]]
+    if m < n:
+        by_f = np.argsort(fo[n_unique:], kind="mergesort")
+        for r in range(n - m):
+            out[m + r] = order[n_unique + by_f[r]]
+    return out
 
 
 @numba.njit(cache=True)  # type: ignore[untyped-decorator]
@@ -342,11 +371,13 @@ def run(
     picks = np.empty(n_perm * population, dtype=np.int64)
     union = np.empty((2 * population, x.shape[1], x.shape[2]), dtype=np.int64)
     f_union = np.empty(2 * population)
+    n_nodes = x.shape[2]
+    winners = np.empty(2 * n_mate, dtype=np.int64)
+    off = np.empty((population, n_jobs, n_nodes), dtype=np.int64)
     for _ in range(generations - 1):
         for q in range(n_perm):
             _shuffle(perms, rng)
             picks[q * population : (q + 1) * population] = perms
-        winners = np.empty(2 * n_mate, dtype=np.int64)
         for w in range(2 * n_mate):
             a = picks[2 * w]
             b = picks[2 * w + 1]
@@ -356,19 +387,19 @@ def run(
                 winners[w] = b
             else:
                 winners[w] = a if rng.random() < 0.5 else b
-        off = np.empty((population, x.shape[1], x.shape[2]), dtype=np.int64)
         for m in range(n_mate):
-            pa = x[winners[m]]
-            pb = x[winners[n_mate + m]]
+            a = winners[m]
+            b = winners[n_mate + m]
             cut = int(rng.random() * max(n_jobs, 1))
             if rng.random() >= CROSSOVER_PROB:
                 cut = 0
             second = n_mate + m < population  # the last mating's second child is dropped when P is odd
             for j in range(n_jobs):
-                first_row, second_row = (pb[j], pa[j]) if j < cut else (pa[j], pb[j])
-                off[m, j] = first_row
-                if second:
-                    off[n_mate + m, j] = second_row
+                first, other = (b, a) if j < cut else (a, b)
+                for k in range(n_nodes):
+                    off[m, j, k] = x[first, j, k]
+                    if second:
+                        off[n_mate + m, j, k] = x[other, j, k]
         mutate(off, current, node_gpus, rng)
         repair(off, node_gpus, node_type, min_gpus, max_replicas, type_rank, speedup, rng)
         f_off = evaluate(off, current, node_type, speedup, restart_factor, p)

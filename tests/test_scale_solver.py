@@ -92,6 +92,65 @@ def test_merge_tree_and_sequential_dp_agree(seed: int) -> None:
     assert va == pytest.approx(vb, abs=1e-9)
 
 
+@pytest.mark.portable  # the kernel must equal NumPy with every SIMD kernel and with the widest off
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    types=st.integers(1, 3),
+    jobs=st.integers(1, 17),
+    coarse=st.booleans(),
+    infinite=st.booleans(),
+)
+def test_compiled_merge_tree_equals_numpy_bit_for_bit(
+    seed: int, types: int, jobs: int, coarse: bool, infinite: bool
+) -> None:
+    """``solve_dp_tree`` compiled and in NumPy: the same choice per job, ties included (values on a coarse grid
+    make many sums equal, which the first maximum must break alike), configurations of 0 GPUs included; a
+    problem with an infinite gain goes back to NumPy and gets NumPy's answer."""
+    rng = np.random.default_rng(seed)
+    problem = random_problem(seed, types=types, jobs=jobs, cap_max=(12, 5, 3)[types - 1], forced=False)
+    value = problem.value
+    if coarse:
+        value = np.round(value * 2.0) / 2.0
+    gpus = problem.gpus.copy()
+    gpus[rng.random(len(gpus)) < 0.1] = 0
+    if infinite:
+        value = value.copy()
+        value[rng.integers(0, jobs), rng.integers(0, value.shape[1])] = np.inf
+    problem = AssignmentProblem(
+        value=value, valid=problem.valid, gpus=gpus, gpu_type=problem.gpu_type, capacity=problem.capacity
+    )
+    with np.errstate(invalid="ignore"):  # NumPy's NaN of 0 × inf, where the kernel hands back
+        a = solve_dp_tree(problem, engine="numpy")
+        b = solve_dp_tree(problem, engine="numba")
+    assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_a_long_sweep_loads_the_round_kernels_and_a_short_one_does_not() -> None:
+    """A sweep of ``SWEEP_KERNELS_MIN`` runs or more takes the compiled round kernels, a shorter one NumPy; both
+    give each run's result bit for bit (checked in fresh processes, whose modules no other test has loaded)."""
+    code = """
+import json, sys
+from oak.sim.compare import SWEEP_KERNELS_MIN, RunSpec, run_many
+from oak.solve.assignment import kernel_loaded
+n = SWEEP_KERNELS_MIN if sys.argv[1] == "long" else SWEEP_KERNELS_MIN - 1
+specs = [RunSpec(p, "small", 0.1, s) for s in range(n) for p in ("oak-paper",)]
+res = run_many(specs, workers=1)
+print(json.dumps({"kernels": kernel_loaded("tree_kernel") and kernel_loaded("snap_kernel"),
+                  "jct": [[j.jct_s for j in r.jobs] for r in res]}))
+"""
+    import subprocess
+    import sys
+
+    out = {}
+    for kind in ("long", "short"):
+        proc = subprocess.run([sys.executable, "-c", code, kind], capture_output=True, text=True, check=True)
+        out[kind] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["long"]["kernels"] is True
+    assert out["short"]["kernels"] is False
+    assert out["long"]["jct"][: len(out["short"]["jct"])] == out["short"]["jct"]
+
+
 def test_hulls_are_the_rising_upper_concave_hulls() -> None:
     problem = random_problem(7, types=3, jobs=40, cap_max=24, forced=False)
     hulls = build_hulls(problem)
@@ -204,6 +263,19 @@ def test_bench_decision_random_rounds_cli(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["reference_median_ms"] is None
     res = runner.invoke(app, ["bench", "decision", "--gpus", "24"])
     assert res.exit_code == 2
+
+
+def test_bench_decision_times_the_round_kernels_after_numpy(tmp_path: Path) -> None:
+    """--round-kernels adds each policy's row with the compiled round kernels, timed after the NumPy rows."""
+    from oak.cli.main import app
+
+    out = tmp_path / "decision.json"
+    args = ["bench", "decision", "--policies", "oak-paper", "--rounds", "10", "--round-kernels", "--json", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    rows = [(r["policy"], r["method"]) for r in json.loads(out.read_text())["decision"]]
+    assert rows[-2:] == [("oak", "auto, kernels"), ("oak-paper", "default, kernels")]
+    assert rows[:-2] == [("oak", "auto"), ("oak-paper", "default"), ("oak-paper", "highs")]
 
 
 def test_bench_reference_reports_its_time_limit() -> None:

@@ -340,9 +340,18 @@ def bench_decision(
     reference: Annotated[
         bool, typer.Option("--reference/--no-reference", help="Random rounds: also time the HiGHS reference.")
     ] = True,
+    round_kernels: Annotated[
+        bool,
+        typer.Option(
+            "--round-kernels",
+            help="Also time each policy again with the compiled round kernels loaded, as a sweep's workers run "
+            "(oak compare/reproduce, 8 runs or more); the same decisions.",
+        ),
+    ] = False,
 ) -> None:
     """Median/p95 decision time per policy at the paper's scale (12 GPUs), as ratios to oak's in the same run;
-    oak and sia are also timed with HiGHS forced.
+    oak and sia are also timed with HiGHS forced. A short command runs a paper-scale round's DP in NumPy; with
+    --round-kernels the policies are timed again after loading the compiled kernels a long sweep uses.
 
     With --gpus, --types and --jobs: the solver alone (``auto``, best of --repeat per round) on seeded random rounds
     of that size, beside the HiGHS reference (exact, with a time limit, timed once) on the same rounds, with the
@@ -378,9 +387,15 @@ def bench_decision(
     for n in ("oak", "oak-paper", "sia"):
         if n in names:
             variants.append((n, "highs", make_policy(n, solver="highs")))
+    if round_kernels:  # timed after every NumPy row: loading the kernels switches this process to them
+        variants += [(name, f"{solver}, kernels", policy) for name, solver, policy in variants if solver != "highs"]
     results = []
     ref: np.ndarray | None = None
     for name, solver, policy in variants:
+        if solver.endswith(", kernels"):
+            from oak.solve.assignment import load_kernels
+
+            load_kernels()
         t = _time_policy(policy, snaps, repeat)
         if ref is None:
             ref = t

@@ -10,7 +10,7 @@ from oak.engine.metrics import RunResult
 from oak.errors import OakInputError
 from oak.policies import policy_spec
 from oak.reproduce.store import ResultsStore
-from oak.sim.compare import RunSpec, run_one, run_pool
+from oak.sim.compare import SWEEP_KERNELS_MIN, RunSpec, run_one, run_one_in_sweep, run_pool, sweep_kernels
 
 FLUSH_EVERY_S = 15.0
 BACKENDS = ("local", "ray")
@@ -79,6 +79,7 @@ def warm_compiled(specs: Sequence[RunSpec]) -> None:
 def _run_local(todo: Sequence[RunSpec], workers: int | None, done: Callable[[RunSpec, RunResult], None]) -> None:
     n = workers if workers is not None else (os.cpu_count() or 1)
     if n <= 1 or len(todo) == 1:
+        sweep_kernels(todo)
         for spec in todo:
             done(spec, run_one(spec))
         return
@@ -106,7 +107,7 @@ def _run_ray(
             )
         started_here = True
     try:
-        remote = ray.remote(num_cpus=1, max_retries=2)(run_one)
+        remote = ray.remote(num_cpus=1, max_retries=2)(run_one_in_sweep if len(todo) >= SWEEP_KERNELS_MIN else run_one)
         refs = {remote.remote(spec): spec for spec in todo}
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=1, timeout=600.0)

@@ -20,7 +20,7 @@ import functools
 import numpy as np
 
 from oak.model.snapshot import FloatArray, IntArray
-from oak.solve.assignment import AssignmentProblem
+from oak.solve.assignment import AssignmentProblem, use_kernel
 
 #: The merge tree is used while S² × jobs (the elements of its merge tensors, all levels together) stays below this.
 TREE_MAX_WORK = 100_000
@@ -55,16 +55,25 @@ def _tree_tables(capacity: tuple[int, ...]) -> tuple[IntArray, IntArray]:
     return usage, rest
 
 
-def solve_dp_tree(problem: AssignmentProblem) -> IntArray:
+def solve_dp_tree(problem: AssignmentProblem, engine: str = "auto") -> IntArray:
     """Optimal choice per job (−1 = none) by the merge tree. Ties: a job left unallocated first, then the
     configuration of lowest index; between the two halves of a merge, the smaller share to the left half.
 
     Profiles are laid out state-major, (S + 1, nodes) with a trailing −inf row for the table's sentinel, so that
-    every reduction runs over the leading axis; the tree is padded with empty jobs to a power of two."""
+    every reduction runs over the leading axis; the tree is padded with empty jobs to a power of two.
+
+    ``engine``: ``numpy``, ``numba`` (:mod:`oak.solve.tree_kernel`, the same choice bit for bit) or ``auto``:
+    numba once that kernel is loaded in this process (:func:`oak.solve.assignment.load_kernels`)."""
     n_jobs = problem.num_jobs
     if n_jobs == 0:
         return np.full(0, -1, dtype=np.int64)
     usage, rest = _tree_tables(tuple(int(c) for c in problem.capacity))
+    if use_kernel(engine, False, "tree_kernel"):
+        from oak.solve.tree_kernel import tree_choice
+
+        choice = tree_choice(problem.value, problem.valid, problem.gpus, problem.gpu_type, usage, rest)
+        if choice is not None:
+            return choice
     n_states = len(usage)
     width = 1 << max(n_jobs - 1, 0).bit_length()
     fits = problem.gpus[:, None] <= usage[:, problem.gpu_type].T  # (C, S)

@@ -584,3 +584,20 @@ def test_bench_sim_reports_the_cold_reference_and_the_paired_rounds(tmp_path: Pa
     assert paired["relative_shortfall_max"] >= 0.0
     bad = CliRunner().invoke(app, ["bench", "sim", "--reference", "lp"])
     assert bad.exit_code == 2 and "expected highs, cold or none" in bad.output
+
+
+def test_bench_sim_with_the_round_kernels_gives_the_same_run(tmp_path: Path) -> None:
+    """--round-kernels times the run as a sweep's worker makes it; the results are those of NumPy's rounds."""
+    from oak.cli.main import app
+
+    jcts = []
+    for extra in ([], ["--round-kernels"]):
+        out = tmp_path / f"sim{len(extra)}.json"
+        args = ["bench", "sim", "--workload", "small", "--reference", "none", "--json", str(out), *extra]
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        data = json.loads(out.read_text())
+        assert data["round_kernels"] is bool(extra)
+        jcts.append(data["sim"][0]["mean_jct_s"])
+    assert "round kernels loaded" in res.output
+    assert jcts[0] == jcts[1]

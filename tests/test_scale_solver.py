@@ -100,13 +100,14 @@ def test_merge_tree_and_sequential_dp_agree(seed: int) -> None:
     jobs=st.integers(1, 17),
     coarse=st.booleans(),
     infinite=st.booleans(),
+    huge=st.booleans(),
 )
 def test_compiled_merge_tree_equals_numpy_bit_for_bit(
-    seed: int, types: int, jobs: int, coarse: bool, infinite: bool
+    seed: int, types: int, jobs: int, coarse: bool, infinite: bool, huge: bool
 ) -> None:
     """``solve_dp_tree`` compiled and in NumPy: the same choice per job, ties included (values on a coarse grid
     make many sums equal, which the first maximum must break alike), configurations of 0 GPUs included; a
-    problem with an infinite gain goes back to NumPy and gets NumPy's answer."""
+    problem with an infinite gain, or finite gains whose sums overflow, goes back to NumPy and gets its answer."""
     rng = np.random.default_rng(seed)
     problem = random_problem(seed, types=types, jobs=jobs, cap_max=(12, 5, 3)[types - 1], forced=False)
     value = problem.value
@@ -114,13 +115,15 @@ def test_compiled_merge_tree_equals_numpy_bit_for_bit(
         value = np.round(value * 2.0) / 2.0
     gpus = problem.gpus.copy()
     gpus[rng.random(len(gpus)) < 0.1] = 0
+    if huge:  # finite gains near the largest double: their sums overflow
+        value = np.where(value > 0, 1e307 * np.minimum(np.ceil(value * 4.0), 17.0), value)
     if infinite:
         value = value.copy()
         value[rng.integers(0, jobs), rng.integers(0, value.shape[1])] = np.inf
     problem = AssignmentProblem(
         value=value, valid=problem.valid, gpus=gpus, gpu_type=problem.gpu_type, capacity=problem.capacity
     )
-    with np.errstate(invalid="ignore"):  # NumPy's NaN of 0 × inf, where the kernel hands back
+    with np.errstate(invalid="ignore", over="ignore"):  # NumPy's NaN of 0 × inf or ∞ − ∞: the kernel hands back
         a = solve_dp_tree(problem, engine="numpy")
         b = solve_dp_tree(problem, engine="numba")
     assert a.dtype == b.dtype and np.array_equal(a, b)

@@ -587,7 +587,8 @@ def test_bench_sim_reports_the_cold_reference_and_the_paired_rounds(tmp_path: Pa
 
 
 def test_bench_sim_with_the_round_kernels_gives_the_same_run(tmp_path: Path) -> None:
-    """--round-kernels times the run as a sweep's worker makes it; the results are those of NumPy's rounds."""
+    """--round-kernels times the run as a sweep's worker makes it, with the same results as without it (that the
+    kernels equal NumPy bit for bit is tested on the kernels themselves, in fresh processes and here)."""
     from oak.cli.main import app
 
     jcts = []

@@ -363,6 +363,8 @@ def bench_decision(
     if any(x is not None for x in scale):
         if gpus is None or types is None or jobs is None:
             fail("--gpus, --types and --jobs go together")
+        if round_kernels:
+            fail("--round-kernels: times the policies on recorded rounds; not with --gpus/--types/--jobs")
         assert gpus is not None and types is not None and jobs is not None
         if types < 1 or jobs < 1 or gpus < types:
             fail("--gpus/--types/--jobs: expected positive integers with at least one GPU per type")
@@ -590,7 +592,7 @@ def bench_sweep(
 
     from oak.cli.main import _check_spec, _floats, _policy_params
     from oak.io_util import write_json
-    from oak.sim.compare import RunSpec, run_one, run_pool
+    from oak.sim.compare import RunSpec, run_one, run_pool, sweep_kernels
 
     names = [x.strip() for x in policies.split(",") if x.strip()]
     if not names:
@@ -608,6 +610,7 @@ def bench_sweep(
     ]
     for spec in {(x.policy, x.failure_rate): x for x in specs}.values():
         _check_spec(spec)
+    sweep_kernels(specs)  # before any timing: the pool would load them, so the one process runs them too
 
     def serial() -> list[Any]:
         return [run_one(x) for x in specs]

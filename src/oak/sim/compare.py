@@ -36,14 +36,15 @@ _SIMULATORS: dict[tuple[str, str, PhysicsOptions], Simulator] = {}
 
 
 #: A sweep of at least this many runs loads the solver's compiled round kernels in its processes
-#: (:func:`oak.solve.assignment.load_kernels`): numba's load, ~0.5–1 s a process, is paid back within a few
+#: (:func:`oak.solve.assignment.load_kernels`): numba's load, ~0.3–1 s a process, is paid back within a few
 #: paper-scale runs (~0.1 ms a round saved); a shorter sweep keeps NumPy. The results are the same either way.
 SWEEP_KERNELS_MIN = 8
 
 
 def sweep_kernels(specs: Sequence[RunSpec]) -> bool:
     """Whether a sweep of ``specs`` loads the compiled round kernels (:data:`SWEEP_KERNELS_MIN`); loads them in this
-    process when it does (a pool forked from it inherits them)."""
+    process when it does (a pool forked from it inherits them; workers started otherwise load them in
+    ``_worker_start``)."""
     if len(specs) < SWEEP_KERNELS_MIN:
         return False
     from oak.solve.assignment import load_kernels

@@ -208,7 +208,7 @@ def load_kernels() -> None:
     """Load the compiled :data:`ROUND_KERNELS` in this process, so that ``auto`` engines take them at any size from
     now on (:func:`kernel_loaded`), and call each once on a tiny input so that numba loads its machine code from the
     on-disk cache now (or compiles and caches it, on the first call in a checkout). Worth it where a process runs
-    many rounds — a sweep's workers (``oak.sim.compare``) — not for one short run: the load costs ~0.5–1 s, the
+    many rounds — a sweep's workers (``oak.sim.compare``) — not for one short run: the load costs ~0.3–1 s, the
     kernels save ~0.1 ms a paper-scale round. Results are the same either way, bit for bit."""
     from oak.solve.dp import solve_dp_tree
 

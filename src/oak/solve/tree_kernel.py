@@ -5,11 +5,12 @@ fit the state s (the first configuration of largest gain; −1 when no gain is p
 pairwise level by level, h[s] = max over a ≤ s of f[a] + g[s − a] (the smallest a among equal sums), and the
 splits are followed back from the full state. Each sum is one IEEE addition of the same two numbers as in the
 NumPy code, and the comparisons pick the same first maximum, so the choice is the same bit for bit
-(tests/test_dp.py checks it on random problems, with and without the widest SIMD kernels). What it saves is the
+(tests/test_scale_solver.py checks it on random problems, with and without the widest SIMD kernels). What it saves is the
 NumPy calls: a paper-scale round's tree is a few thousand additions, which NumPy spends tens of calls on.
 
-Gains must be finite: the NumPy code's NaN rules (a non-fitting configuration of infinite gain) are not
-reproduced, and :func:`tree_choice` returns ``None`` for the caller to run the NumPy code instead.
+Gains and their sums must be finite: the NumPy code's NaN rules (a non-fitting configuration of infinite gain,
+or ∞ − ∞ where sums overflow) are not reproduced, and :func:`tree_choice` returns ``None`` for the caller to run
+the NumPy code instead.
 """
 
 from __future__ import annotations
@@ -29,13 +30,19 @@ def _tree(value: Any, valid: Any, gpus: Any, gpu_type: Any, usage: Any, rest: An
     while width < n_jobs:
         width *= 2
     gain = np.zeros((n_jobs, n_cfg))
+    most = 0.0  # Σ of each job's largest gain: no profile or sum of two exceeds it
     for j in range(n_jobs):
+        top = 0.0
         for c in range(n_cfg):
             v = value[j, c]
             if valid[j, c] and v > 0.0:
                 if not np.isfinite(v):
                     return np.empty(0, dtype=np.int64)
                 gain[j, c] = v
+                top = max(top, v)
+        most += top
+    if not np.isfinite(most):  # sums could overflow, and NumPy's inf − inf = NaN would pick other maxima
+        return np.empty(0, dtype=np.int64)
     f = np.zeros((n_states + 1, width))
     f[n_states, :] = -np.inf
     leaf = np.full((n_states, max(n_jobs, 1)), -1, dtype=np.int64)

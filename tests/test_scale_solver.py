@@ -116,7 +116,7 @@ def test_compiled_merge_tree_equals_numpy_bit_for_bit(
     gpus = problem.gpus.copy()
     gpus[rng.random(len(gpus)) < 0.1] = 0
     if huge:  # finite gains near the largest double: their sums overflow
-        value = np.where(value > 0, 1e307 * np.minimum(np.ceil(value * 4.0), 17.0), value)
+        value = np.where(value > 0, 1e307 * np.clip(np.ceil(value * 4.0), 1.0, 17.0), value)
     if infinite:
         value = value.copy()
         value[rng.integers(0, jobs), rng.integers(0, value.shape[1])] = np.inf

@@ -358,6 +358,7 @@ def bench_decision(
     certified optimality gap."""
     from oak.io_util import write_json
     from oak.policies import make_policy, policy_names
+    from oak.solve.assignment import load_kernels
 
     scale = (gpus, types, jobs)
     if any(x is not None for x in scale):
@@ -395,9 +396,7 @@ def bench_decision(
     ref: np.ndarray | None = None
     for name, solver, policy in variants:
         if solver.endswith(", kernels"):
-            from oak.solve.assignment import load_kernels
-
-            load_kernels()
+            load_kernels()  # once: cached
         t = _time_policy(policy, snaps, repeat)
         if ref is None:
             ref = t
@@ -460,6 +459,7 @@ def bench_sim(
     from oak.model.cluster import cluster_preset
     from oak.policies import make_policy
     from oak.sim.simulator import Simulator
+    from oak.solve.assignment import load_kernels
     from oak.workloads import load_workload
 
     if failure_rate < 0 or failure_rate > 1:
@@ -470,8 +470,6 @@ def bench_sim(
         fail(f"--reference {ref!r}: expected highs, cold or none")
     wl = load_workload(workload)
     if round_kernels:
-        from oak.solve.assignment import load_kernels
-
         load_kernels()
     t0 = time.perf_counter()
     sim = Simulator(wl, preset)

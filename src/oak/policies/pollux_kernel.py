@@ -311,31 +311,12 @@ def _survive(x: Any, f: Any, n: int, weights: Any, rng: Any) -> Any:
     dup = _duplicates(x.reshape(total, -1), weights)
     perm = np.arange(total)  # a random order breaks the remaining ties
     _shuffle(perm, rng)
-    n_unique = total - int(dup.sum())
-    order = np.empty(total, dtype=np.int64)  # unique individuals in perm's order, then duplicates
-    fo = np.empty(total)
-    u = 0
-    d = n_unique
-    for q in range(total):
-        i = perm[q]
-        if dup[i] == 0:
-            order[u] = i
-            fo[u] = f[i]
-            u += 1
-        else:
-            order[d] = i
-            fo[d] = f[i]
-            d += 1
-    out = np.empty(n, dtype=np.int64)
-    by_f = np.argsort(fo[:n_unique], kind="mergesort")
-    m = min(n, n_unique)
-    for r in range(m):
-        out[r] = order[by_f[r]]
-    if m < n:
-        by_f = np.argsort(fo[n_unique:], kind="mergesort")
-        for r in range(n - m):
-            out[m + r] = order[n_unique + by_f[r]]
-    return out
+    unique = perm[dup[perm] == 0]
+    best = unique[np.argsort(f[unique], kind="mergesort")]
+    if len(best) >= n:
+        return best[:n]
+    dups = perm[dup[perm] == 1]
+    return np.concatenate((best, dups[np.argsort(f[dups], kind="mergesort")]))[:n]
 
 
 @numba.njit(cache=True)  # type: ignore[untyped-decorator]

@@ -16,6 +16,7 @@ from oak.engine.rules import PhysicsOptions
 from oak.model.cluster import cluster_preset
 from oak.policies import make_policy
 from oak.sim.simulator import Simulator
+from oak.solve.assignment import load_kernels
 from oak.workloads import load_workload
 
 
@@ -43,26 +44,17 @@ SWEEP_KERNELS_MIN = 8
 
 def sweep_kernels(specs: Sequence[RunSpec]) -> bool:
     """Whether a sweep of ``specs`` loads the compiled round kernels (:data:`SWEEP_KERNELS_MIN`); loads them in this
-    process when it does (a pool forked from it inherits them; workers started otherwise load them in
-    ``_worker_start``)."""
+    process when it does (a pool forked from it inherits them; workers started otherwise load them in the pool's
+    initializer)."""
     if len(specs) < SWEEP_KERNELS_MIN:
         return False
-    from oak.solve.assignment import load_kernels
-
     load_kernels()
     return True
 
 
-def _worker_start() -> None:
-    """A sweep's pool worker: the compiled round kernels (already loaded when the pool forks from its parent)."""
-    from oak.solve.assignment import load_kernels
-
-    load_kernels()
-
-
 def run_one_in_sweep(spec: RunSpec) -> RunResult:
     """:func:`run_one` in a process that runs a long sweep (a Ray worker): the compiled round kernels first."""
-    _worker_start()
+    load_kernels()
     return run_one(spec)
 
 
@@ -150,7 +142,7 @@ def run_pool(
     is decided as runs end."""
     order = ORDERS[order_name](specs)
     kernels = sweep_kernels(specs)
-    with ProcessPoolExecutor(max_workers=workers, initializer=_worker_start if kernels else None) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=load_kernels if kernels else None) as pool:
         pending: dict[Future[RunResult], int] = {}
         while order or pending:
             while order and len(pending) < workers:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -9,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oak.policies import make_policy
+from oak.policies import gavel, make_policy
 from oak.policies.drf import drf_shares
-from oak.policies.gavel import FtfProblem, ftf_fractions
+from oak.policies.gavel import FtfProblem, alone_ratios, ftf_fractions
 from oak.sim import Simulator
 from oak.workloads import load_workload
 
@@ -108,6 +110,84 @@ def test_gavel_ftf_two_types_lp_matches_brute_force() -> None:
     assert brute * 0.95 <= z <= brute * (1 + 1e-6)
 
 
+def _random_ftf(seed: int, contended: bool) -> FtfProblem:
+    """A random FTF problem on 2-4 GPU types: ``contended`` (jobs alike, few GPUs: the optimum is set by jobs
+    sharing them) or wide-ranging (ages, idle types, jobs larger than a type, jobs with no work left)."""
+    rng = np.random.default_rng(seed)
+    m, k = int(rng.integers(1, 40)), int(rng.integers(2, 5))
+    total = rng.uniform(1e3, 1e4, m) if contended else rng.uniform(1e2, 1e5, m)
+    if contended:
+        thr = rng.uniform(0.5, 2.0, (m, k)) * rng.uniform(0.5, 2.0, (1, k))
+        age, left = rng.uniform(0, 100, m), rng.uniform(0.5, 1.0, m)
+        gpus, capacity = rng.choice([1, 2, 4], m), rng.integers(2, 9, k)
+    else:
+        thr = rng.uniform(0.1, 10.0, (m, k)) * (rng.random((m, k)) < 0.8)
+        thr[thr.max(axis=1) == 0, 0] = 1.0
+        age = rng.uniform(0, 1e4, m) * (rng.random(m) < 0.7)
+        left = rng.uniform(0.0, 1.0, m) * (rng.random(m) < 0.95)
+        gpus, capacity = rng.choice([1, 2, 4, 8], m), rng.integers(1, 33, k)
+    return FtfProblem(thr, age, total * left, total, rng.uniform(0, 300, m), gpus, capacity)
+
+
+@pytest.mark.parametrize("contended", [True, False])
+@pytest.mark.parametrize("seed", range(40))
+def test_gavel_cutting_planes_reach_the_bisections_optimum(seed: int, contended: bool) -> None:
+    """On several GPU types the cutting planes converge (no fall-back to the bisection), their X is feasible
+    and achieves the ratio they report, and that ratio is the bisection's within both tolerances (1e-7 each);
+    no job alone does better than it."""
+    problem = _random_ftf(seed, contended)
+    denom = problem.denominators()
+    found = gavel._ftf_cuts(problem, denom, 1e-7)
+    assert found is not None
+    x, z = found
+    assert np.all(x >= 0) and np.all(x.sum(axis=1) <= 1 + 1e-6)
+    assert np.all((problem.gpus[:, None] * x).sum(axis=0) <= problem.capacity + 1e-6)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        achieved = np.where(problem.remaining > 0, problem.ratios(x), problem.age_s / denom)
+    assert achieved.max() <= z * (1 + 1e-12)
+    assert np.all(alone_ratios(problem, denom) <= z * (1 + 1e-12))
+    _, z_bisect = ftf_fractions(problem, method="bisection")
+    assert z == pytest.approx(z_bisect, rel=3e-7, abs=1e-11)
+    x_auto, z_auto = ftf_fractions(problem)  # the policy's path: X from the feasibility LP at that ratio
+    assert z_auto == pytest.approx(z, rel=2e-7)
+    assert np.all((problem.gpus[:, None] * x_auto).sum(axis=0) <= problem.capacity + 1e-6)
+
+
+def test_alone_ratios_bound_every_feasible_allocation() -> None:
+    """A job's ratio alone at its fastest (a fractional knapsack over types) is no more than under any
+    feasible X, and is attained by the knapsack's own fractions."""
+    rng = np.random.default_rng(3)
+    for seed in range(30):
+        problem = _random_ftf(seed, contended=seed % 2 == 0)
+        m, k = problem.throughput.shape
+        denom = problem.denominators()
+        bound = alone_ratios(problem, denom)
+        x = rng.random((m, k))
+        x /= np.maximum(x.sum(axis=1, keepdims=True), 1.0)
+        x *= min(1.0, float(np.min(problem.capacity / np.maximum((problem.gpus[:, None] * x).sum(axis=0), 1e-12))))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = np.where(problem.remaining > 0, problem.ratios(x), problem.age_s / denom)
+        assert np.all(bound <= ratios * (1 + 1e-12))
+        one = np.zeros((1, k))  # job 0 alone: fill its fastest types first
+        left = 1.0
+        for t in np.argsort(-problem.throughput[0], kind="stable"):
+            one[0, t] = min(left, problem.capacity[t] / problem.gpus[0], 1.0)
+            left -= one[0, t]
+        alone = FtfProblem(
+            problem.throughput[:1],
+            problem.age_s[:1],
+            problem.remaining[:1],
+            problem.total[:1],
+            problem.overhead_s[:1],
+            problem.gpus[:1],
+            problem.capacity,
+        )
+        if problem.remaining[0] > 0:
+            assert bound[0] == pytest.approx(
+                float((alone.age_s[0] + alone.remaining[0] / (alone.throughput * one).sum()) / denom[0])
+            )
+
+
 @pytest.mark.parametrize("name", ["gavel", "drf"])
 def test_fair_baselines_run_and_respect_capacity(name: str) -> None:
     sim = Simulator(load_workload("small"))
@@ -132,3 +212,19 @@ def test_gavel_runs_jobs_at_their_rigid_demand() -> None:
 
     sim.run(make_policy("gavel"), 0.0, 0, on_round=check)
     assert seen and all(got == want for got, want in seen)
+
+
+def test_bench_gavel_times_the_cutting_planes_against_the_bisection(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from oak.cli.main import app
+
+    out = tmp_path / "gavel.json"
+    res = CliRunner().invoke(app, ["bench", "gavel", "--rounds", "6", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert [r["method"] for r in doc["gavel"]] == ["auto", "bisection"]
+    assert doc["gavel"][0]["rounds"] >= 1 and doc["gave_up"] == 0 and doc["max_rel_diff"] <= 3e-7
+    assert "speed ratio bisection/auto" in " ".join(res.output.split())
+    bad = CliRunner().invoke(app, ["bench", "gavel", "--cluster", "paper-12"])
+    assert bad.exit_code == 2 and "one GPU type" in bad.output

@@ -1,8 +1,9 @@
 """Gavel's finish-time-fairness policy (reference §6), with 60 s rounds like every policy in the comparison.
 
 Optimises min_X max_m (t_m + ρ_m/τ_m(X)) / (o_m + Σ_m/τ_m^iso): the largest ratio of a job's finish time
-under time fractions X to its finish time on an isolated 1/J share of every GPU type. Solved exactly by
-bisection on the ratio (closed-form feasibility for one GPU type, a HiGHS LP per step otherwise); time
+under time fractions X to its finish time on an isolated 1/J share of every GPU type. Solved exactly: for one
+GPU type by bisection on the ratio with closed-form feasibility; for several by Kelley's cutting planes on
+the convex programme min z s.t. τ_m(X) ≥ ρ_m / (z·d_m − t_m), a few warm-started HiGHS LPs a round. Time
 fractions become allocations through Gavel's round-based priorities. Departs from Gavel in using 60 s
 rounds, Sia's configurations for the rigid GPU count (the demand rounded down to one), and progress rates
 from the simulator's goodput model instead of Gavel's throughput profiles.
@@ -52,9 +53,8 @@ class FtfProblem:
     def ratios(self, x: FloatArray) -> FloatArray:
         """Each job's finish-time ratio under time fractions ``x`` (M, K)."""
         tau = (self.throughput * x).sum(axis=1)
-        with np.errstate(divide="ignore"):
-            finish = self.age_s + np.where(tau > 0, self.remaining / tau, np.inf)
-        return finish / self.denominators()
+        finish = self.age_s + np.divide(self.remaining, tau, out=np.full_like(tau, np.inf), where=tau > 0)
+        return finish / self.denominators()  # type: ignore[no-any-return]
 
 
 def _fractions_at(problem: FtfProblem, z: float, denom: FloatArray) -> FloatArray | None:
@@ -71,34 +71,134 @@ def _fractions_at(problem: FtfProblem, z: float, denom: FloatArray) -> FloatArra
         if np.any(x > 1 + 1e-12) or float((problem.gpus * x).sum()) > problem.capacity[0] + 1e-9:
             return None
         return np.minimum(x, 1.0)[:, None]
-    # LP feasibility: Σ_k T_mk x_mk ≥ need_m, Σ_k x_mk ≤ 1, Σ_m w_m x_mk ≤ W_k, x ≥ 0.
-    n = m * k
-    a_ub = []
-    b_ub = []
-    for j in range(m):
-        row = np.zeros(n)
-        row[j * k : (j + 1) * k] = -problem.throughput[j]
-        a_ub.append(row)
-        b_ub.append(-need[j])
-        row = np.zeros(n)
-        row[j * k : (j + 1) * k] = 1.0
-        a_ub.append(row)
-        b_ub.append(1.0)
-    for t in range(k):
-        row = np.zeros(n)
-        row[t::k] = problem.gpus
-        a_ub.append(row)
-        b_ub.append(float(problem.capacity[t]))
+    # LP feasibility: Σ_k T_mk x_mk ≥ need_m, Σ_k x_mk ≤ 1, Σ_m w_m x_mk ≤ W_k, x ≥ 0; rows job by job (need,
+    # one), then one per type, as a sparse matrix (HiGHS gets the same nonzeros as from the dense one)
     from scipy.optimize import linprog  # here, not at import: loading scipy.optimize slows every command
+    from scipy.sparse import coo_array
 
-    res = linprog(np.zeros(n), A_ub=np.array(a_ub), b_ub=np.array(b_ub), bounds=(0, 1), method="highs")
+    n = m * k
+    col = np.arange(n)
+    job = col // k
+    thr = problem.throughput.reshape(-1)
+    rows = np.concatenate([2 * job, 2 * job + 1, 2 * m + col % k])
+    cols = np.concatenate([col, col, col])
+    vals = np.concatenate([-thr, np.ones(n), problem.gpus[job].astype(np.float64)])
+    keep = vals != 0
+    a_ub = coo_array((vals[keep], (rows[keep], cols[keep])), shape=(2 * m + k, n)).tocsc()
+    b_ub = np.concatenate([np.stack([-need, np.ones(m)], axis=1).reshape(-1), problem.capacity.astype(np.float64)])
+    res = linprog(np.zeros(n), A_ub=a_ub, b_ub=b_ub, bounds=(0, 1), method="highs")
     if res.status != 0:
         return None
     return np.asarray(res.x).reshape(m, k)
 
 
-def ftf_fractions(problem: FtfProblem, rel_tol: float = 1e-7) -> tuple[FloatArray, float]:
-    """Time fractions X minimising the maximum finish-time ratio, and that ratio (bisection on the ratio)."""
+def alone_ratios(problem: FtfProblem, denom: FloatArray) -> FloatArray:
+    """(M,) each job's finish-time ratio were it alone on the cluster at its fastest: its largest throughput
+    over time fractions (Σ_k x_k ≤ 1, x_k ≤ 1, x_k · GPUs ≤ type k's GPUs: a fractional knapsack, fastest type
+    first). No allocation gives a job a lower ratio, so the largest of them bounds the optimum from below."""
+    thr = problem.throughput
+    share = np.minimum(1.0, problem.capacity[None, :] / problem.gpus[:, None])
+    order = np.argsort(-thr, axis=1, kind="stable")
+    t_sorted = np.take_along_axis(thr, order, axis=1)
+    u_sorted = np.take_along_axis(share, order, axis=1)
+    before = np.cumsum(u_sorted, axis=1) - u_sorted
+    fastest = (t_sorted * np.clip(1.0 - before, 0.0, u_sorted)).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        left = np.where(problem.remaining > 0, problem.remaining / fastest, 0.0)
+    return np.asarray((problem.age_s + left) / denom, dtype=np.float64)
+
+
+#: LPs a round's cutting planes may take before the bisection is used instead (2 in every recorded round)
+MAX_CUT_ROUNDS = 60
+
+
+def _ftf_cuts(problem: FtfProblem, denom: FloatArray, rel_tol: float) -> tuple[FloatArray, float] | None:
+    """Kelley's cutting planes on min z s.t. τ_m(X) ≥ φ_m(z) = ρ_m / (z·d_m − t_m), X's per-job and per-type
+    limits. φ_m is convex and decreasing on z > t_m/d_m, so its tangents at any z₀ there lie below it: an LP
+    with tangent cuts is a relaxation, its z a lower bound, and the ratio its X truly achieves
+    (``FtfProblem.ratios``) an upper bound. Jobs whose constraint the LP's X violates get a cut at the LP's z,
+    the LP is re-solved from its last basis, until the bounds meet within ``rel_tol``. z starts at the largest
+    ratio a job reaches alone (``alone_ratios``), inside every job's domain, and the first cuts touch φ at the
+    ratio of the isolated shares. Returns X and the ratio it achieves, or None where HiGHS fails or the
+    bounds do not meet within ``MAX_CUT_ROUNDS`` LPs (the caller bisects then)."""
+    import highspy  # here, not at import: only rounds on clusters of several GPU types need it
+
+    from oak.solve.highs import _new_highs
+
+    thr = problem.throughput
+    m, k = thr.shape
+    rem, age = problem.remaining, problem.age_s
+    work = rem > 0  # a job with no work left needs nothing: z ≥ t_m/d_m, in ``lower``, is its constraint
+    lower = float(np.max(alone_ratios(problem, denom)))
+    share = (problem.capacity[None, :] / m) / problem.gpus[:, None] * (thr > 0)
+    best = share / np.maximum(share.sum(axis=1), 1.0)[:, None]  # the isolated shares: feasible
+    upper = float(np.where(work, problem.ratios(best), age / denom).max())
+    if upper - lower <= rel_tol * upper or not work.any():
+        return best, upper
+    inf = highspy.kHighsInf
+    h = _new_highs()
+    lp = highspy.HighsLp()
+    lp.num_col_ = m * k + 1  # X row-major, then z
+    lp.num_row_ = m + k  # Σ_k x_mk ≤ 1; Σ_m GPUs_m x_mk ≤ W_k (the cuts are added below)
+    lp.col_cost_ = np.concatenate([np.zeros(m * k), [1.0]])
+    lp.col_lower_ = np.concatenate([np.zeros(m * k), [lower]])
+    lp.col_upper_ = np.concatenate([np.ones(m * k), [inf]])
+    lp.row_lower_ = np.full(m + k, -inf)
+    lp.row_upper_ = np.concatenate([np.ones(m), problem.capacity.astype(np.float64)])
+    job = np.repeat(np.arange(m), k)
+    index = np.empty(2 * m * k, dtype=np.int32)
+    value = np.empty(2 * m * k)
+    index[0::2], value[0::2] = job, 1.0
+    index[1::2], value[1::2] = m + np.tile(np.arange(k), m), problem.gpus[job]
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.concatenate([np.arange(0, 2 * m * k + 1, 2), [2 * m * k]]).astype(np.int32)
+    lp.a_matrix_.index_ = index
+    lp.a_matrix_.value_ = value
+    h.passModel(lp)
+
+    def cut(jobs: IntArray, z0: float) -> None:
+        # τ_j(X) − φ_j'(z₀)·z ≥ φ_j(z₀) − φ_j'(z₀)·z₀, the tangent of φ_j at z₀, divided by φ_j(z₀): HiGHS's
+        # tolerances are absolute, and a job whose need is tiny would otherwise be met only to within them
+        slack = z0 * denom[jobs] - age[jobs]
+        slope = denom[jobs] / slack  # −φ_j'(z₀) / φ_j(z₀)
+        cols = np.concatenate([jobs[:, None] * k + np.arange(k)[None, :], np.full((len(jobs), 1), m * k)], axis=1)
+        coef = np.concatenate([thr[jobs] * (slack / rem[jobs])[:, None], slope[:, None]], axis=1)
+        starts = np.arange(0, len(jobs) * (k + 1), k + 1, dtype=np.int32)
+        h.addRows(
+            len(jobs),
+            1.0 + slope * z0,
+            np.full(len(jobs), inf),
+            cols.size,
+            starts,
+            cols.astype(np.int32).reshape(-1),
+            coef.reshape(-1),
+        )
+
+    cut(np.flatnonzero(work), upper)
+    for _ in range(MAX_CUT_ROUNDS):
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        sol = np.asarray(h.getSolution().col_value)
+        x = np.clip(sol[:-1].reshape(m, k), 0.0, 1.0)
+        z = max(float(sol[-1]), lower)
+        ratios = np.where(work, problem.ratios(x), age / denom)  # no work left: finished at t_m
+        achieved = float(ratios.max())
+        if achieved < upper:
+            best, upper = x, achieved
+        if upper - z <= rel_tol * upper:
+            return best, upper
+        short = np.flatnonzero(work & (ratios > z))
+        if short.size == 0:  # X meets every φ at z: z is achieved (up to rounding), upper is X's ratio
+            return best, upper
+        cut(short, z)
+    return None
+
+
+def ftf_fractions(problem: FtfProblem, rel_tol: float = 1e-7, method: str = "auto") -> tuple[FloatArray, float]:
+    """Time fractions X minimising the maximum finish-time ratio, and that ratio. ``method`` "auto": cutting
+    planes where the cluster has several GPU types (``_ftf_cuts``: the ratio X achieves, within ``rel_tol`` of
+    the optimum), the bisection where it has one or where the cuts fail; "bisection": the bisection always."""
     denom = problem.denominators()
     finite = np.isfinite(denom) & (problem.throughput.max(axis=1) > 0)
     if not finite.all():  # jobs that can run nowhere are left out of the fairness problem
@@ -111,10 +211,31 @@ def ftf_fractions(problem: FtfProblem, rel_tol: float = 1e-7) -> tuple[FloatArra
             problem.gpus[finite],
             problem.capacity,
         )
-        x_sub, z = ftf_fractions(sub, rel_tol) if finite.any() else (np.zeros((0, problem.capacity.size)), 0.0)
+        if finite.any():
+            x_sub, z = ftf_fractions(sub, rel_tol, method)
+        else:
+            x_sub, z = np.zeros((0, problem.capacity.size)), 0.0
         x = np.zeros_like(problem.throughput)
         x[finite] = x_sub
         return x, z
+    if method == "auto" and problem.capacity.size > 1:
+        found = _ftf_cuts(problem, denom, rel_tol)
+        if found is not None:
+            # X as the bisection's last step would give it: the feasibility LP's solution at the optimum's
+            # upper end (any X there is optimal; this one, not the cutting-plane LP's vertex, keeps a round's X
+            # as the bisection chose it)
+            x, z = found
+            for hi in (z, z * (1.0 + rel_tol)):
+                at = _fractions_at(problem, hi, denom)
+                if at is not None:
+                    return at, hi
+            return x, z
+    return _ftf_bisection(problem, denom, rel_tol)
+
+
+def _ftf_bisection(problem: FtfProblem, denom: FloatArray, rel_tol: float) -> tuple[FloatArray, float]:
+    """Bisection on the ratio z with a feasibility check per step (closed form for one GPU type, a HiGHS LP
+    otherwise): X feasible at the final upper end, and that end."""
     lo = float(np.max(problem.age_s / denom))
     hi = max(2.0 * lo, 1.0)
     best = _fractions_at(problem, hi, denom)

@@ -228,3 +228,5 @@ def test_bench_gavel_times_the_cutting_planes_against_the_bisection(tmp_path: Pa
     assert "speed ratio bisection/auto" in " ".join(res.output.split())
     bad = CliRunner().invoke(app, ["bench", "gavel", "--cluster", "paper-12"])
     assert bad.exit_code == 2 and "one GPU type" in bad.output
+    with pytest.raises(ValueError, match="'cuts'"):
+        ftf_fractions(_random_ftf(0, True), method="cuts")

@@ -108,6 +108,9 @@ def alone_ratios(problem: FtfProblem, denom: FloatArray) -> FloatArray:
     return np.asarray((problem.age_s + left) / denom, dtype=np.float64)
 
 
+#: how ``ftf_fractions`` solves a round: cutting planes on several GPU types (else bisection), or bisection always
+FTF_METHODS = ("auto", "bisection")
+
 #: LPs a round's cutting planes may take before the bisection is used instead (2 in every recorded round)
 MAX_CUT_ROUNDS = 60
 
@@ -199,6 +202,8 @@ def ftf_fractions(problem: FtfProblem, rel_tol: float = 1e-7, method: str = "aut
     """Time fractions X minimising the maximum finish-time ratio, and that ratio. ``method`` "auto": cutting
     planes where the cluster has several GPU types (``_ftf_cuts``: the ratio X achieves, within ``rel_tol`` of
     the optimum), the bisection where it has one or where the cuts fail; "bisection": the bisection always."""
+    if method not in FTF_METHODS:
+        raise ValueError(f"method {method!r}: expected one of {', '.join(FTF_METHODS)}")
     denom = problem.denominators()
     finite = np.isfinite(denom) & (problem.throughput.max(axis=1) > 0)
     if not finite.all():  # jobs that can run nowhere are left out of the fairness problem

@@ -148,9 +148,35 @@ def test_gavel_cutting_planes_reach_the_bisections_optimum(seed: int, contended:
     assert np.all(alone_ratios(problem, denom) <= z * (1 + 1e-12))
     _, z_bisect = ftf_fractions(problem, method="bisection")
     assert z == pytest.approx(z_bisect, rel=3e-7, abs=1e-11)
-    x_auto, z_auto = ftf_fractions(problem)  # the policy's path: X from the feasibility LP at that ratio
-    assert z_auto == pytest.approx(z, rel=2e-7)
+    x_auto, z_auto, path = gavel.ftf_solve(problem)  # the policy's path: X from the feasibility LP at that ratio
+    assert path == "cuts" and z_auto == pytest.approx(z, rel=2e-7)
     assert np.all((problem.gpus[:, None] * x_auto).sum(axis=0) <= problem.capacity + 1e-6)
+    assert gavel._achieved(problem, x_auto, denom).max() <= z_auto * (1 + 1e-3)
+    at = gavel._fractions_at(problem, z_auto, denom)
+    if at is not None and gavel._achieved(problem, at, denom).max() <= z_auto * (1 + 1e-3):
+        assert np.array_equal(x_auto, at)  # X as the bisection's feasibility LP gives it at that ratio
+
+
+def test_gavel_cutting_planes_with_a_job_that_needs_almost_nothing() -> None:
+    """A job with 1e-10 of its work left: its cut, divided by its tiny need, is scaled into what HiGHS accepts
+    (else HiGHS rejects the rows and the cuts give up), and the policy's X still serves it — where the
+    feasibility LP's absolute tolerance lets the bisection's X leave it at 0 (a ratio of ∞)."""
+    for left in (1e-10, 1e-5):
+        problem = FtfProblem(
+            np.array([[100.0, 50.0], [40.0, 80.0], [60.0, 60.0]]),
+            np.array([1e3, 1e3, 1e4]),
+            np.array([left, 4e7, 3e7]),
+            np.array([1e6, 1e8, 1e8]),
+            np.zeros(3),
+            np.array([1, 1, 1]),
+            np.array([1, 1]),
+        )
+        denom = problem.denominators()
+        assert gavel._ftf_cuts(problem, denom, 1e-7) is not None
+        x, z, path = gavel.ftf_solve(problem)
+        _, z_bisect = ftf_fractions(problem, method="bisection")
+        assert path == "cuts" and z == pytest.approx(z_bisect, rel=3e-7)
+        assert gavel._achieved(problem, x, denom).max() <= z * (1 + 1e-6)
 
 
 def test_alone_ratios_bound_every_feasible_allocation() -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oak.model.snapshot import Allocation, FloatArray, IntArray, RoundSnapshot
+from oak.model.snapshot import Allocation, BoolArray, FloatArray, IntArray, RoundSnapshot
 from oak.policies.base import PolicyBase
 from oak.policies.rigid import rigid_configs
 
@@ -111,6 +111,9 @@ def alone_ratios(problem: FtfProblem, denom: FloatArray) -> FloatArray:
 #: how ``ftf_fractions`` solves a round: cutting planes on several GPU types (else bisection), or bisection always
 FTF_METHODS = ("auto", "bisection")
 
+#: the largest coefficient of a cut row handed to HiGHS (it rejects rows above 1e15)
+MAX_CUT_COEF = 1e12
+
 #: LPs a round's cutting planes may take before the bisection is used instead (2 in every recorded round)
 MAX_CUT_ROUNDS = 60
 
@@ -135,7 +138,7 @@ def _ftf_cuts(problem: FtfProblem, denom: FloatArray, rel_tol: float) -> tuple[F
     lower = float(np.max(alone_ratios(problem, denom)))
     share = (problem.capacity[None, :] / m) / problem.gpus[:, None] * (thr > 0)
     best = share / np.maximum(share.sum(axis=1), 1.0)[:, None]  # the isolated shares: feasible
-    upper = float(np.where(work, problem.ratios(best), age / denom).max())
+    upper = float(_achieved(problem, best, denom).max())
     if upper - lower <= rel_tol * upper or not work.any():
         return best, upper
     inf = highspy.kHighsInf
@@ -159,25 +162,31 @@ def _ftf_cuts(problem: FtfProblem, denom: FloatArray, rel_tol: float) -> tuple[F
     lp.a_matrix_.value_ = value
     h.passModel(lp)
 
-    def cut(jobs: IntArray, z0: float) -> None:
+    def cut(jobs: IntArray, z0: float) -> bool:
         # τ_j(X) − φ_j'(z₀)·z ≥ φ_j(z₀) − φ_j'(z₀)·z₀, the tangent of φ_j at z₀, divided by φ_j(z₀): HiGHS's
         # tolerances are absolute, and a job whose need is tiny would otherwise be met only to within them
         slack = z0 * denom[jobs] - age[jobs]
         slope = denom[jobs] / slack  # −φ_j'(z₀) / φ_j(z₀)
         cols = np.concatenate([jobs[:, None] * k + np.arange(k)[None, :], np.full((len(jobs), 1), m * k)], axis=1)
         coef = np.concatenate([thr[jobs] * (slack / rem[jobs])[:, None], slope[:, None]], axis=1)
+        lower_end = 1.0 + slope * z0
+        # a job that needs almost nothing would get coefficients beyond what HiGHS accepts (1e15): such rows
+        # are scaled down to a largest coefficient of 1e12 (the same cut)
+        scale = np.minimum(1.0, MAX_CUT_COEF / coef.max(axis=1))
         starts = np.arange(0, len(jobs) * (k + 1), k + 1, dtype=np.int32)
-        h.addRows(
+        status = h.addRows(
             len(jobs),
-            1.0 + slope * z0,
+            lower_end * scale,
             np.full(len(jobs), inf),
             cols.size,
             starts,
             cols.astype(np.int32).reshape(-1),
-            coef.reshape(-1),
+            (coef * scale[:, None]).reshape(-1),
         )
+        return bool(status != highspy.HighsStatus.kError)
 
-    cut(np.flatnonzero(work), upper)
+    if not cut(np.flatnonzero(work), upper):
+        return None
     for _ in range(MAX_CUT_ROUNDS):
         h.run()
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
@@ -185,7 +194,7 @@ def _ftf_cuts(problem: FtfProblem, denom: FloatArray, rel_tol: float) -> tuple[F
         sol = np.asarray(h.getSolution().col_value)
         x = np.clip(sol[:-1].reshape(m, k), 0.0, 1.0)
         z = max(float(sol[-1]), lower)
-        ratios = np.where(work, problem.ratios(x), age / denom)  # no work left: finished at t_m
+        ratios = _achieved(problem, x, denom)
         achieved = float(ratios.max())
         if achieved < upper:
             best, upper = x, achieved
@@ -194,48 +203,73 @@ def _ftf_cuts(problem: FtfProblem, denom: FloatArray, rel_tol: float) -> tuple[F
         short = np.flatnonzero(work & (ratios > z))
         if short.size == 0:  # X meets every φ at z: z is achieved (up to rounding), upper is X's ratio
             return best, upper
-        cut(short, z)
+        if not cut(short, z):
+            return None
     return None
 
 
+def runnable(problem: FtfProblem) -> tuple[FtfProblem, BoolArray]:
+    """The fairness problem of the jobs that can run somewhere (a finite isolated-share finish time and a positive
+    throughput on some type), and which jobs those are: the others are left out of it."""
+    finite = np.isfinite(problem.denominators()) & (problem.throughput.max(axis=1) > 0)
+    if finite.all():
+        return problem, finite
+    sub = FtfProblem(
+        problem.throughput[finite],
+        problem.age_s[finite],
+        problem.remaining[finite],
+        problem.total[finite],
+        problem.overhead_s[finite],
+        problem.gpus[finite],
+        problem.capacity,
+    )
+    return sub, finite
+
+
 def ftf_fractions(problem: FtfProblem, rel_tol: float = 1e-7, method: str = "auto") -> tuple[FloatArray, float]:
-    """Time fractions X minimising the maximum finish-time ratio, and that ratio. ``method`` "auto": cutting
-    planes where the cluster has several GPU types (``_ftf_cuts``: the ratio X achieves, within ``rel_tol`` of
-    the optimum), the bisection where it has one or where the cuts fail; "bisection": the bisection always."""
+    """Time fractions X minimising the maximum finish-time ratio, and that ratio (``ftf_solve``)."""
+    x, z, _ = ftf_solve(problem, rel_tol, method)
+    return x, z
+
+
+def ftf_solve(problem: FtfProblem, rel_tol: float = 1e-7, method: str = "auto") -> tuple[FloatArray, float, str]:
+    """X, its ratio and how they were found ("cuts" or "bisection"). ``method`` "auto": cutting planes where the
+    cluster has several GPU types (``_ftf_cuts``: within ``rel_tol`` of the optimum), then X from the feasibility
+    LP the bisection solves, at that ratio; the bisection where the cluster has one type or where the cuts fail.
+    "bisection": the bisection always."""
     if method not in FTF_METHODS:
         raise ValueError(f"method {method!r}: expected one of {', '.join(FTF_METHODS)}")
-    denom = problem.denominators()
-    finite = np.isfinite(denom) & (problem.throughput.max(axis=1) > 0)
+    sub, finite = runnable(problem)
     if not finite.all():  # jobs that can run nowhere are left out of the fairness problem
-        sub = FtfProblem(
-            problem.throughput[finite],
-            problem.age_s[finite],
-            problem.remaining[finite],
-            problem.total[finite],
-            problem.overhead_s[finite],
-            problem.gpus[finite],
-            problem.capacity,
-        )
         if finite.any():
-            x_sub, z = ftf_fractions(sub, rel_tol, method)
+            x_sub, z, path = ftf_solve(sub, rel_tol, method)
         else:
-            x_sub, z = np.zeros((0, problem.capacity.size)), 0.0
+            x_sub, z, path = np.zeros((0, problem.capacity.size)), 0.0, "bisection"
         x = np.zeros_like(problem.throughput)
         x[finite] = x_sub
-        return x, z
+        return x, z, path
+    denom = problem.denominators()
     if method == "auto" and problem.capacity.size > 1:
         found = _ftf_cuts(problem, denom, rel_tol)
         if found is not None:
-            # X as the bisection's last step would give it: the feasibility LP's solution at the optimum's
-            # upper end (any X there is optimal; this one, not the cutting-plane LP's vertex, keeps a round's X
-            # as the bisection chose it)
+            # X from the feasibility LP of the bisection's steps, at the ratio found (the bisection's own last
+            # step was at an upper end within its tolerance; where the LP has many optimal vertices the two can
+            # differ): on recorded rounds this X keeps a run as the bisection ran it, where the cutting-plane
+            # LP's own vertex changes Gavel's priorities (docs/performance.md, "Gavel on several GPU types").
+            # The cuts' X stays where that LP's absolute tolerance leaves a job that needs little unserved.
             x, z = found
             for hi in (z, z * (1.0 + rel_tol)):
                 at = _fractions_at(problem, hi, denom)
-                if at is not None:
-                    return at, hi
-            return x, z
-    return _ftf_bisection(problem, denom, rel_tol)
+                if at is not None and _achieved(problem, at, denom).max() <= hi * (1.0 + 1e-3):
+                    return at, hi, "cuts"
+            return x, z, "cuts"
+    x, z = _ftf_bisection(problem, denom, rel_tol)
+    return x, z, "bisection"
+
+
+def _achieved(problem: FtfProblem, x: FloatArray, denom: FloatArray) -> FloatArray:
+    """(M,) each job's finish-time ratio under X, a job with no work left finished now (t_m / d_m)."""
+    return np.asarray(np.where(problem.remaining > 0, problem.ratios(x), problem.age_s / denom), dtype=np.float64)
 
 
 def _ftf_bisection(problem: FtfProblem, denom: FloatArray, rel_tol: float) -> tuple[FloatArray, float]:
@@ -281,7 +315,7 @@ class GavelPolicy(PolicyBase):
 
     def decide(self, snap: RoundSnapshot) -> Allocation:
         problem, cfg = self.problem(snap)
-        x, z = ftf_fractions(problem)
+        x, z, path = ftf_solve(problem)
         # Round-based priorities: fraction wanted / fraction of its life the job has run.
         held_gpus = np.maximum(problem.gpus, 1)
         received = snap.attained_gpu_s / held_gpus / np.maximum(snap.age_s, 1e-9)
@@ -305,4 +339,4 @@ class GavelPolicy(PolicyBase):
             if choice[j] < 0 and snap.config_gpus[c] <= free[t]:
                 choice[j] = c
                 free[t] -= snap.config_gpus[c]
-        return Allocation(config=choice, objective=z, method="ftf-bisection", values=values, value_label="priority")
+        return Allocation(config=choice, objective=z, method=f"ftf-{path}", values=values, value_label="priority")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -256,3 +257,25 @@ def test_bench_gavel_times_the_cutting_planes_against_the_bisection(tmp_path: Pa
     assert bad.exit_code == 2 and "one GPU type" in bad.output
     with pytest.raises(ValueError, match="'cuts'"):
         ftf_fractions(_random_ftf(0, True), method="cuts")
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_rigid_configs_is_rigid_config_for_every_job_and_type(seed: int) -> None:
+    """The vectorised lookup the rigid policies use gives, for every job and GPU type, what the one-job
+    ``rigid_config`` gives: the valid configuration of that type with the most GPUs within the job's demand
+    (the first such on a tie), −1 where none, and the progress rate there."""
+    from oak.model.cluster import cluster_preset
+    from oak.policies.rigid import rigid_config, rigid_configs
+    from support.snapshots import MIXED_12, PAPER_12, random_snapshot
+
+    rng = np.random.default_rng(seed)
+    cluster = (MIXED_12, PAPER_12, cluster_preset("sia-64"))[seed % 3]
+    snap = random_snapshot(rng, cluster, int(rng.integers(1, 15)))
+    demand = rng.integers(0, 40, snap.num_jobs)  # demands above, below and between configurations, and 0
+    snap = dataclasses.replace(snap, requested_gpus=demand.astype(np.int64))
+    cfg, rate = rigid_configs(snap)
+    for j in range(snap.num_jobs):
+        for t in range(len(snap.capacity)):
+            want = rigid_config(snap, j, t, int(demand[j]))
+            assert cfg[j, t] == want
+            assert rate[j, t] == (snap.progress_rate[j, want] if want >= 0 else 0.0)

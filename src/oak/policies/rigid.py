@@ -25,9 +25,12 @@ def rigid_configs(snap: RoundSnapshot) -> tuple[IntArray, FloatArray]:
     (J, K; 0 where none): what the rigid policies (Gavel's two) choose among."""
     n_types = len(snap.capacity)
     cfg = np.full((snap.num_jobs, n_types), -1, dtype=np.int64)
-    for j in range(snap.num_jobs):
-        for t in range(n_types):
-            cfg[j, t] = rigid_config(snap, j, t, int(snap.requested_gpus[j]))
+    gpus = np.asarray(snap.config_gpus, dtype=np.int64)
+    fits = snap.valid & (gpus[None, :] <= np.asarray(snap.requested_gpus, dtype=np.int64)[:, None])
+    for t in range(n_types):  # ``rigid_config`` for every job at once: the first configuration with the most GPUs
+        ok = fits & (snap.config_type == t)[None, :]
+        best = np.argmax(np.where(ok, gpus[None, :], -1), axis=1)
+        cfg[:, t] = np.where(ok.any(axis=1), best, -1)
     rate = np.where(cfg >= 0, np.take_along_axis(snap.progress_rate, np.maximum(cfg, 0), axis=1), 0.0)
     return cfg, rate
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oak.model.snapshot import Allocation, BoolArray, FloatArray, IntArray, RoundSnapshot
+from oak.model.snapshot import Allocation, FloatArray, IntArray, RoundSnapshot
 from oak.policies.base import PolicyBase
 from oak.policies.rigid import rigid_configs
 
@@ -208,24 +208,6 @@ def _ftf_cuts(problem: FtfProblem, denom: FloatArray, rel_tol: float) -> tuple[F
     return None
 
 
-def runnable(problem: FtfProblem) -> tuple[FtfProblem, BoolArray]:
-    """The fairness problem of the jobs that can run somewhere (a finite isolated-share finish time and a positive
-    throughput on some type), and which jobs those are: the others are left out of it."""
-    finite = np.isfinite(problem.denominators()) & (problem.throughput.max(axis=1) > 0)
-    if finite.all():
-        return problem, finite
-    sub = FtfProblem(
-        problem.throughput[finite],
-        problem.age_s[finite],
-        problem.remaining[finite],
-        problem.total[finite],
-        problem.overhead_s[finite],
-        problem.gpus[finite],
-        problem.capacity,
-    )
-    return sub, finite
-
-
 def ftf_fractions(problem: FtfProblem, rel_tol: float = 1e-7, method: str = "auto") -> tuple[FloatArray, float]:
     """Time fractions X minimising the maximum finish-time ratio, and that ratio (``ftf_solve``)."""
     x, z, _ = ftf_solve(problem, rel_tol, method)
@@ -233,22 +215,29 @@ def ftf_fractions(problem: FtfProblem, rel_tol: float = 1e-7, method: str = "aut
 
 
 def ftf_solve(problem: FtfProblem, rel_tol: float = 1e-7, method: str = "auto") -> tuple[FloatArray, float, str]:
-    """X, its ratio and how they were found ("cuts" or "bisection"). ``method`` "auto": cutting planes where the
-    cluster has several GPU types (``_ftf_cuts``: within ``rel_tol`` of the optimum), then X from the feasibility
+    """X, its ratio and how they were found ("cuts", "bisection", or "none" where no job can run anywhere).
+    ``method`` "auto": cutting planes where the cluster has several GPU types (``_ftf_cuts``: within ``rel_tol`` of the optimum), then X from the feasibility
     LP the bisection solves, at that ratio; the bisection where the cluster has one type or where the cuts fail.
     "bisection": the bisection always."""
     if method not in FTF_METHODS:
         raise ValueError(f"method {method!r}: expected one of {', '.join(FTF_METHODS)}")
-    sub, finite = runnable(problem)
-    if not finite.all():  # jobs that can run nowhere are left out of the fairness problem
-        if finite.any():
-            x_sub, z, path = ftf_solve(sub, rel_tol, method)
-        else:
-            x_sub, z, path = np.zeros((0, problem.capacity.size)), 0.0, "bisection"
-        x = np.zeros_like(problem.throughput)
-        x[finite] = x_sub
-        return x, z, path
     denom = problem.denominators()
+    finite = np.isfinite(denom) & (problem.throughput.max(axis=1) > 0)
+    if not finite.all():  # jobs that can run nowhere are left out of the fairness problem
+        x = np.zeros_like(problem.throughput)
+        if not finite.any():
+            return x, 0.0, "none"
+        sub = FtfProblem(
+            problem.throughput[finite],
+            problem.age_s[finite],
+            problem.remaining[finite],
+            problem.total[finite],
+            problem.overhead_s[finite],
+            problem.gpus[finite],
+            problem.capacity,
+        )
+        x[finite], z, path = ftf_solve(sub, rel_tol, method)
+        return x, z, path
     if method == "auto" and problem.capacity.size > 1:
         found = _ftf_cuts(problem, denom, rel_tol)
         if found is not None:
@@ -268,8 +257,11 @@ def ftf_solve(problem: FtfProblem, rel_tol: float = 1e-7, method: str = "auto") 
 
 
 def _achieved(problem: FtfProblem, x: FloatArray, denom: FloatArray) -> FloatArray:
-    """(M,) each job's finish-time ratio under X, a job with no work left finished now (t_m / d_m)."""
-    return np.asarray(np.where(problem.remaining > 0, problem.ratios(x), problem.age_s / denom), dtype=np.float64)
+    """(M,) each job's finish-time ratio under X (``FtfProblem.ratios`` with the round's ``denom``), a job with no
+    work left finished now (t_m / d_m)."""
+    tau = (problem.throughput * x).sum(axis=1)
+    finish = problem.age_s + np.divide(problem.remaining, tau, out=np.full_like(tau, np.inf), where=tau > 0)
+    return np.asarray(np.where(problem.remaining > 0, finish, problem.age_s) / denom, dtype=np.float64)
 
 
 def _ftf_bisection(problem: FtfProblem, denom: FloatArray, rel_tol: float) -> tuple[FloatArray, float]:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from oak.workloads import load_workload
 from support.cli import oak
 
 RUN_KEYS = {
@@ -141,3 +143,13 @@ def test_a_simulation_with_known_goodput_does_not_load_scipy_optimize() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 0, res.stderr
     assert "mean JCT" in res.stdout and "scipy.optimize loaded: False" in res.stdout, res.stdout[-2000:]
+
+
+def test_simulate_shows_its_progress_on_stderr() -> None:
+    """Off a terminal the bar is drawn once, at the end: every job of the workload finished."""
+    res = oak("simulate", "--workload", "small", "--policy", "sia", "--failure-rate", "0.05")
+    assert res.returncode == 0, res.stderr
+    assert "simulating sia" in res.stderr
+    counts = re.findall(r"(\d+)/(\d+)", res.stderr)
+    assert counts, res.stderr
+    assert tuple(map(int, counts[-1])) == (len(load_workload("small").jobs),) * 2, res.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -143,3 +144,24 @@ def test_reads_clock_declarations() -> None:
     assert make_policy("oak").reads_clock  # the product's waiting guard reads time_s and age_s
     assert not make_policy("oak", max_wait_s=math.inf).reads_clock  # without the guard and the age key
     assert make_policy("oak", age_key=True, max_wait_s=math.inf).reads_clock
+
+
+@pytest.mark.portable
+def test_progress_observer_changes_nothing_and_counts_every_finish() -> None:
+    """A progress bar's observer sees (time, finished, jobs) from 0 to the run's end, never going back, and the
+    run (fast-forward included: the same rounds) is bit-identical to one without it."""
+    sim, _ = _pair("medium", PhysicsOptions(horizon_s=HORIZON_S))
+    seen: list[tuple[float, int, int]] = []
+    plain = sim.run(make_policy("oak-no-age", seed=0), 0.1, 0)
+    watched = sim.run(make_policy("oak-no-age", seed=0), 0.1, 0, on_progress=lambda *a: seen.append(a))
+    assert _key(watched) == _key(plain)
+    assert len(watched.decision_ms) == len(plain.decision_ms)
+    n = len(plain.jobs)
+    finished = sum(j.jct_s is not None for j in plain.jobs)
+    assert seen[0] == (min(j.submit_s for j in plain.jobs), 0, n)
+    assert seen[-1] == (plain.end_time_s, finished, n)
+    assert all(a[0] <= b[0] and b[2] == n for a, b in itertools.pairwise(seen))
+    # between the first call and the last, one call per instant at which jobs finish: each adds some
+    middle = seen[:-1]
+    assert len(middle) > 2 and all(b[1] > a[1] for a, b in itertools.pairwise(middle))
+    assert seen[-2][1] == finished

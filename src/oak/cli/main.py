@@ -107,11 +107,18 @@ def simulate(
     )
     spec = RunSpec(policy, workload, failure_rate, seed, cluster, physics, params[policy])
     _check_spec(spec)
+    bar = progress_bar()
+    task = bar.add_task(f"simulating {policy}", total=None)
+
+    def progress(t: float, finished: int, jobs: int) -> None:
+        bar.update(task, completed=finished, total=jobs, description=f"simulating {policy}: {t / 3600:,.1f} h, jobs")
+
     if trace_jobs is not None or trace_plot is not None:
         from oak.io_util import write_bytes_atomic, write_rows_parquet
         from oak.sim.trace import TRACE_COLUMNS, plot_trace, reason_counts, run_traced
 
-        result, rows = run_traced(spec)
+        with bar:
+            result, rows = run_traced(spec, on_progress=progress)
         if trace_jobs is not None:
             write_rows_parquet(trace_jobs, rows, TRACE_COLUMNS)
             console.print(f"wrote {len(rows):,} job-rounds to {trace_jobs}")
@@ -127,7 +134,8 @@ def simulate(
             write_bytes_atomic(trace_plot, plot_trace(rows, title))
             console.print(f"wrote {trace_plot}")
     else:
-        result = run_one(spec)
+        with bar:
+            result = run_one(spec, on_progress=progress)
     table = jobs_table(result, f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}")
     console.print(table)
     s = result.summary()

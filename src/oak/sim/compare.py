@@ -15,7 +15,7 @@ from oak.engine.metrics import RunResult
 from oak.engine.rules import PhysicsOptions
 from oak.model.cluster import cluster_preset
 from oak.policies import make_policy
-from oak.sim.simulator import Simulator
+from oak.sim.simulator import ProgressObserver, Simulator
 from oak.solve.assignment import load_kernels
 from oak.workloads import load_workload
 
@@ -58,15 +58,16 @@ def run_one_in_sweep(spec: RunSpec) -> RunResult:
     return run_one(spec)
 
 
-def run_one(spec: RunSpec) -> RunResult:
-    """Run one spec (reusing this process's simulator for the same workload, cluster and physics)."""
+def run_one(spec: RunSpec, on_progress: ProgressObserver | None = None) -> RunResult:
+    """Run one spec (reusing this process's simulator for the same workload, cluster and physics);
+    ``on_progress`` as :meth:`Simulator.run`'s."""
     key = (spec.workload, spec.cluster, spec.physics)
     sim = _SIMULATORS.get(key)
     if sim is None:
         sim = Simulator(load_workload(spec.workload), cluster_preset(spec.cluster), physics=spec.physics)
         _SIMULATORS[key] = sim
     policy = make_policy(spec.policy, **{"seed": spec.seed, **dict(spec.policy_params)})
-    return sim.run(policy, spec.failure_rate, spec.seed)
+    return sim.run(policy, spec.failure_rate, spec.seed, on_progress=on_progress)
 
 
 class LongestFirst:

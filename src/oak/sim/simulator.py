@@ -43,6 +43,9 @@ from oak.workloads import Workload
 
 RoundObserver = Callable[[RoundSnapshot, Allocation, list[GpuSet]], None]
 ReasonsObserver = Callable[[RoundReasons], None]
+ProgressObserver = Callable[[float, int, int], None]
+"""Called with (simulated time in s, jobs finished, jobs in the workload) at the start of a run, whenever jobs
+finish, and at its end."""
 
 _EPS = 1e-9
 
@@ -176,11 +179,12 @@ class Simulator:
         seed: int = 0,
         on_round: RoundObserver | None = None,
         on_reasons: ReasonsObserver | None = None,
+        on_progress: ProgressObserver | None = None,
     ) -> RunResult:
         """Simulate the workload under ``policy`` at failure rate λ = ``failure_rate`` with ``seed``'s failures.
         ``on_round`` sees every decided round's snapshot, allocation and placement; ``on_reasons`` every round's
         reasons (``oak.engine.reasons``: why each job waits or runs below its maximum). With either, no round is
-        skipped."""
+        skipped. ``on_progress`` (a progress bar: :data:`ProgressObserver`) changes nothing in the run."""
         if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):
             raise OakInputError(f"failure rate {failure_rate!r}: expected a probability in [0, 1]")
         wall_start = time.perf_counter()
@@ -241,6 +245,8 @@ class Simulator:
         immediate = not ph.fixed_steps  # re-decide on arrival, completion and failure, not only on the grid
         decide = immediate or abs(t - round(t / round_s) * round_s) <= _EPS * max(1.0, t)
         st.arrived |= st.submit <= t + _EPS
+        if on_progress is not None:
+            on_progress(t, 0, n)
         while True:
             k = math.floor(t / round_s + _EPS)
             if k != interval:
@@ -352,6 +358,8 @@ class Simulator:
                         st.handover_left[i] = 0.0
                         st.ghost[i] = False
                     decide = decide or immediate
+                    if on_progress is not None:
+                        on_progress(t, int(st.done.sum()), n)
             restored = (st.restore_left > 0) & (st.restore_left <= _EPS * max(1.0, t))
             st.restore_left[restored] = 0.0
             if self._credit is not None or self._uncounted is not None:
@@ -388,6 +396,8 @@ class Simulator:
             if t >= (k + 1) * round_s - _EPS:
                 decide = True
         end = t
+        if on_progress is not None:
+            on_progress(end, int(st.done.sum()), n)
         submitted = st.submit if self._arrival_lag is None else st.submit - self._arrival_lag
         jobs = tuple(
             JobResult(

@@ -16,7 +16,7 @@ from oak.policies import make_policy
 from oak.scoring.sia import SIA_DEFAULT_RESTART_COST_S, SIA_RESTART_COST_S, sia_restart_factor
 from oak.scoring.utility import restart_factor_decomposed
 from oak.sim.compare import RunSpec
-from oak.sim.simulator import Simulator
+from oak.sim.simulator import ProgressObserver, Simulator
 from oak.workloads import load_workload
 
 #: The columns of a job trace, in order (one row per active job per decided round).
@@ -72,8 +72,9 @@ def trace_rows(
     ]
 
 
-def run_traced(spec: RunSpec) -> tuple[RunResult, list[dict[str, Any]]]:
-    """Run ``spec`` (every round decided, none fast-forwarded) and return its result and job trace."""
+def run_traced(spec: RunSpec, on_progress: ProgressObserver | None = None) -> tuple[RunResult, list[dict[str, Any]]]:
+    """Run ``spec`` (every round decided, none fast-forwarded) and return its result and job trace;
+    ``on_progress`` as :meth:`Simulator.run`'s."""
     sim = Simulator(load_workload(spec.workload), cluster_preset(spec.cluster), physics=spec.physics)
     policy = make_policy(spec.policy, **{"seed": spec.seed, **dict(spec.policy_params)})
     rows: list[dict[str, Any]] = []
@@ -81,7 +82,7 @@ def run_traced(spec: RunSpec) -> tuple[RunResult, list[dict[str, Any]]]:
     def observe(reasons: RoundReasons) -> None:
         rows.extend(trace_rows(reasons.snap, reasons.alloc, reasons.placed, reasons))
 
-    result = sim.run(policy, spec.failure_rate, spec.seed, on_reasons=observe)
+    result = sim.run(policy, spec.failure_rate, spec.seed, on_reasons=observe, on_progress=on_progress)
     return result, rows
 
 

@@ -177,14 +177,19 @@ def test_a_job_no_configuration_fits_says_so() -> None:
 
 
 def test_the_simulators_trace_carries_the_reasons(tmp_path: Path) -> None:
-    from oak.sim.compare import RunSpec
-    from oak.sim.trace import TRACE_COLUMNS, reason_counts, run_traced
+    import pandas as pd
 
-    _, rows = run_traced(RunSpec("oak", "congestion", 0.05, 0, "paper-12"))
-    assert {"why_code", "why"} <= set(TRACE_COLUMNS) and rows
-    counts = reason_counts(rows)
-    assert sum(counts.values()) == len(rows) and counts.get("outbid", 0) > 0
-    assert all((r["why"] == "") == (r["why_code"] in ("max", "")) for r in rows)
+    from oak.sim.compare import RunSpec
+    from oak.sim.trace import TRACE_COLUMNS, run_traced
+
+    path = tmp_path / "trace.parquet"
+    _, counts = run_traced(RunSpec("oak", "congestion", 0.05, 0, "paper-12"), path)
+    rows = pd.read_parquet(path)
+    assert list(rows.columns) == list(TRACE_COLUMNS) and len(rows) > 0
+    assert counts == rows["why_code"].value_counts().to_dict() and counts.get("outbid", 0) > 0
+    assert list(counts.values()) == sorted(counts.values(), reverse=True)
+    assert ((rows["why"] == "") == rows["why_code"].isin(["max", ""])).all()
+    assert not [p for p in tmp_path.iterdir() if p.name != "trace.parquet"]  # no temporary file left
 
 
 def test_the_runtime_records_why_a_job_waits_and_oak_explain_shows_its_rounds(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ does what docs/model.md says, alone and together, and the default rules change n
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +27,12 @@ ARTIFACT = with_rules(PhysicsOptions(), "sia-artifact")
 
 
 def _trace(policy: str, physics: PhysicsOptions, lam: float = 0.0, seed: int = 0, workload: str = "small"):
-    result, rows = run_traced(RunSpec(policy, workload, lam, seed, "paper-12", physics))
-    return result, pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "trace.parquet"
+        result, _ = run_traced(RunSpec(policy, workload, lam, seed, "paper-12", physics), path)
+        frame = pd.read_parquet(path)
+    assert list(frame.columns) == list(TRACE_COLUMNS)
+    return result, frame
 
 
 def test_rule_sets_name_their_options() -> None:

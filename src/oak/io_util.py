@@ -1,4 +1,4 @@
-"""Small I/O helpers: atomic file writes."""
+"""Small I/O helpers: atomic file writes (whole files, and Parquet tables streamed in batches)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,13 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def _umask() -> int:
@@ -49,12 +54,95 @@ def write_bytes_atomic(path: str | Path, data: bytes, mode: int | None = None) -
             os.close(dir_fd)
 
 
-def write_rows_parquet(path: str | Path, rows: list[dict[str, Any]], columns: tuple[str, ...]) -> None:
-    """Write ``rows`` (dicts with ``columns``) as a Parquet table, atomically."""
-    import io
+class AtomicParquetWriter:
+    """A Parquet table written a batch of rows at a time to a temporary file beside ``path`` and renamed onto it
+    by :meth:`close`: memory holds one batch, however long the table; readers never see a partial file, and a
+    writer that is aborted (or left by an exception in its ``with`` block) leaves none.
 
-    import pandas as pd
+    ``schema``: (column, pyarrow type) in order; :meth:`append` takes one sequence or array per column, all of
+    one length."""
 
-    buf = io.BytesIO()
-    pd.DataFrame(rows, columns=list(columns)).to_parquet(buf, index=False)
-    write_bytes_atomic(path, buf.getvalue())
+    def __init__(self, path: str | Path, schema: tuple[tuple[str, pa.DataType], ...], batch_rows: int = 65_536) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._schema = pa.schema(list(schema))
+        self._batch_rows = batch_rows
+        self._pending: dict[str, list[Any]] = {name: [] for name, _ in schema}
+        self._pending_rows = 0
+        self.rows = 0
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        os.close(fd)
+        self._tmp = Path(tmp)
+        try:
+            self._writer: pq.ParquetWriter | None = pq.ParquetWriter(tmp, self._schema)
+        except BaseException:
+            self._tmp.unlink(missing_ok=True)
+            raise
+
+    def append(self, columns: Mapping[str, Any]) -> None:
+        """Add rows: ``columns`` maps every column of the schema to its values for these rows."""
+        lengths = {len(columns[name]) for name in self._pending}
+        if len(lengths) != 1:
+            raise ValueError(f"columns of unequal length: {sorted(lengths)}")
+        n = lengths.pop()
+        if n == 0:
+            return
+        for name, chunk in self._pending.items():
+            chunk.append(columns[name])
+        self._pending_rows += n
+        self.rows += n
+        if self._pending_rows >= self._batch_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        if self._writer is None:
+            raise ValueError(f"{self.path}: the writer is closed")
+        if self._pending_rows:
+            arrays = [
+                pa.array(np.concatenate([np.asarray(c) for c in chunks]), type=field.type)
+                if field.type != pa.string()
+                else pa.array([v for c in chunks for v in c], type=field.type)
+                for field, chunks in zip(self._schema, self._pending.values(), strict=True)
+            ]
+            self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
+        self._pending = {name: [] for name in self._pending}
+        self._pending_rows = 0
+
+    def close(self) -> None:
+        """Write what is left, make the file durable and rename it onto ``path``."""
+        if self._writer is None:
+            return
+        try:
+            self._flush()
+            self._writer.close()
+            self._writer = None
+            with open(self._tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.chmod(self._tmp, 0o666 & ~_umask())  # mkstemp makes 0600
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Drop what was written: no file at ``path`` (one already there stays as it was)."""
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            self._writer = None
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> AtomicParquetWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()

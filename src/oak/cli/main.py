@@ -114,25 +114,28 @@ def simulate(
         bar.update(task, completed=finished, total=jobs, description=f"simulating {policy}: {t / 3600:,.1f} h, jobs")
 
     if trace_jobs is not None or trace_plot is not None:
-        from oak.io_util import write_bytes_atomic, write_rows_parquet
-        from oak.sim.trace import TRACE_COLUMNS, plot_trace, reason_counts, run_traced
+        import tempfile
 
-        with bar:
-            result, rows = run_traced(spec, on_progress=progress)
-        if trace_jobs is not None:
-            write_rows_parquet(trace_jobs, rows, TRACE_COLUMNS)
-            console.print(f"wrote {len(rows):,} job-rounds to {trace_jobs}")
-            counts = reason_counts(rows)
-            console.print(
-                'why jobs held what they held (job-rounds per reason; docs/jobs.md, "Why a job waits"): '
-                + ", ".join(f"{c} {n:,}" for c, n in counts.items())
-            )
-        if trace_plot is not None:
-            from oak.engine.rules import rules_of
+        from oak.io_util import write_bytes_atomic
+        from oak.sim.trace import plot_trace, run_traced
 
-            title = f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}, {rules_of(physics)} rules"
-            write_bytes_atomic(trace_plot, plot_trace(rows, title))
-            console.print(f"wrote {trace_plot}")
+        with tempfile.TemporaryDirectory(prefix="oak-trace-") as scratch:
+            # without --trace-jobs, the plot reads the trace from a file that goes away with it
+            path = trace_jobs if trace_jobs is not None else Path(scratch) / "trace.parquet"
+            with bar:
+                result, counts = run_traced(spec, path, on_progress=progress)
+            if trace_jobs is not None:
+                console.print(f"wrote {sum(counts.values()):,} job-rounds to {trace_jobs}")
+                console.print(
+                    'why jobs held what they held (job-rounds per reason; docs/jobs.md, "Why a job waits"): '
+                    + ", ".join(f"{c} {n:,}" for c, n in counts.items())
+                )
+            if trace_plot is not None:
+                from oak.engine.rules import rules_of
+
+                title = f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}, {rules_of(physics)} rules"
+                write_bytes_atomic(trace_plot, plot_trace(path, title))
+                console.print(f"wrote {trace_plot}")
     else:
         with bar:
             result = run_one(spec, on_progress=progress)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,97 +21,105 @@ from oak.sim.compare import RunSpec
 from oak.sim.simulator import ProgressObserver, Simulator
 from oak.workloads import load_workload
 
-#: The columns of a job trace, in order (one row per active job per decided round).
-TRACE_COLUMNS = (
-    "time_s",
-    "job",
-    "application",
-    "gpus_before",
-    "gpus",
-    "restarts",
-    "failures",
-    "restoring",
-    "t_progress_s",
-    "t_ckpt_s",
-    "remaining_fraction",
-    "r_sia",
-    "r_oak",
-    "why_code",
-    "why",
+#: The columns of a job trace, in order (one row per active job per decided round), with their Parquet types.
+TRACE_SCHEMA: tuple[tuple[str, str], ...] = (
+    ("time_s", "float64"),
+    ("job", "string"),
+    ("application", "string"),
+    ("gpus_before", "int64"),
+    ("gpus", "int64"),
+    ("restarts", "int64"),
+    ("failures", "int64"),
+    ("restoring", "bool"),
+    ("t_progress_s", "float64"),
+    ("t_ckpt_s", "float64"),
+    ("remaining_fraction", "float64"),
+    ("r_sia", "float64"),
+    ("r_oak", "float64"),
+    ("why_code", "string"),
+    ("why", "string"),
 )
+TRACE_COLUMNS = tuple(name for name, _ in TRACE_SCHEMA)
 
 
-def trace_rows(
+def trace_columns(
     snap: RoundSnapshot, alloc: Allocation, placed: list[GpuSet], reasons: RoundReasons | None = None
-) -> list[dict[str, Any]]:
-    """One row per active job of this round: GPUs before and after the decision, counters, both factors, and why
-    it holds what it holds (``oak.engine.reasons``; empty for a job at its maximum)."""
-    codes = reasons.codes() if reasons is not None else ("",) * snap.num_jobs
+) -> dict[str, Any]:
+    """One round's rows, column by column (``TRACE_COLUMNS``), one per active job: GPUs before and after the
+    decision, counters, both factors, and why it holds what it holds (``oak.engine.reasons``; empty for a job
+    at its maximum)."""
+    n = snap.num_jobs
+    codes = reasons.codes() if reasons is not None else ("",) * n
     cost = np.array([SIA_RESTART_COST_S.get(a, SIA_DEFAULT_RESTART_COST_S) for a in snap.applications])
-    r_sia = sia_restart_factor(snap.age_s, snap.restarts.astype(np.float64), cost)
-    r_oak = restart_factor_decomposed(snap.t_progress_s, snap.t_ckpt_s, snap.restart_penalty_s)
-    before = snap.current_replicas.sum(axis=1)  # GPUs held per job before this round's decision
-    remaining = np.where(snap.total_work > 0, snap.remaining_work / snap.total_work, 0.0)
-    return [
-        {
-            "time_s": float(snap.time_s),
-            "job": snap.job_names[i],
-            "application": snap.applications[i],
-            "gpus_before": int(before[i]),
-            "gpus": len(placed[i]),
-            "restarts": int(snap.restarts[i]),
-            "failures": int(snap.failures[i]),
-            "restoring": bool(snap.restoring[i]),
-            "t_progress_s": float(snap.t_progress_s[i]),
-            "t_ckpt_s": float(snap.t_ckpt_s[i]),
-            "remaining_fraction": float(remaining[i]),
-            "r_sia": float(r_sia[i]),
-            "r_oak": float(r_oak[i]),
-            "why_code": codes[i],
-            "why": reasons.reason(i).text if reasons is not None and codes[i] not in ("", "max") else "",
-        }
-        for i in range(snap.num_jobs)
-    ]
+    remaining = np.divide(snap.remaining_work, snap.total_work, out=np.zeros(n), where=np.asarray(snap.total_work) > 0)
+    return {
+        "time_s": np.full(n, float(snap.time_s)),
+        "job": snap.job_names,
+        "application": snap.applications,
+        "gpus_before": snap.current_replicas.sum(axis=1).astype(np.int64),  # GPUs held before the decision
+        "gpus": np.array([len(p) for p in placed], dtype=np.int64),
+        "restarts": np.asarray(snap.restarts, dtype=np.int64),
+        "failures": np.asarray(snap.failures, dtype=np.int64),
+        "restoring": np.asarray(snap.restoring, dtype=bool),
+        "t_progress_s": np.asarray(snap.t_progress_s, dtype=np.float64),
+        "t_ckpt_s": np.asarray(snap.t_ckpt_s, dtype=np.float64),
+        "remaining_fraction": remaining,
+        "r_sia": sia_restart_factor(snap.age_s, snap.restarts.astype(np.float64), cost),
+        "r_oak": restart_factor_decomposed(snap.t_progress_s, snap.t_ckpt_s, snap.restart_penalty_s),
+        "why_code": codes,
+        "why": [
+            reasons.reason(i).text if reasons is not None and codes[i] not in ("", "max") else "" for i in range(n)
+        ],
+    }
 
 
-def run_traced(spec: RunSpec, on_progress: ProgressObserver | None = None) -> tuple[RunResult, list[dict[str, Any]]]:
-    """Run ``spec`` (every round decided, none fast-forwarded) and return its result and job trace;
+def run_traced(
+    spec: RunSpec, path: str | Path, on_progress: ProgressObserver | None = None
+) -> tuple[RunResult, dict[str, int]]:
+    """Run ``spec`` (every round decided, none fast-forwarded), streaming its job trace to the Parquet file
+    ``path`` (atomically: a run that fails leaves none); return the result and the job-rounds per reason code
+    (``max``: at its maximum), most frequent first. Memory holds one batch of rows, however long the run;
     ``on_progress`` as :meth:`Simulator.run`'s."""
+    import pyarrow as pa
+
+    from oak.io_util import AtomicParquetWriter
+
     sim = Simulator(load_workload(spec.workload), cluster_preset(spec.cluster), physics=spec.physics)
     policy = make_policy(spec.policy, **{"seed": spec.seed, **dict(spec.policy_params)})
-    rows: list[dict[str, Any]] = []
+    counts: Counter[str] = Counter()
+    schema = tuple((name, pa.type_for_alias(kind)) for name, kind in TRACE_SCHEMA)
+    with AtomicParquetWriter(path, schema) as out:
 
-    def observe(reasons: RoundReasons) -> None:
-        rows.extend(trace_rows(reasons.snap, reasons.alloc, reasons.placed, reasons))
+        def observe(reasons: RoundReasons) -> None:
+            cols = trace_columns(reasons.snap, reasons.alloc, reasons.placed, reasons)
+            counts.update(cols["why_code"])
+            out.append(cols)
 
-    result = sim.run(policy, spec.failure_rate, spec.seed, on_reasons=observe, on_progress=on_progress)
-    return result, rows
-
-
-def reason_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Job-rounds per reason code of a job trace (``max``: at its maximum), most frequent first."""
-    from collections import Counter
-
-    return dict(Counter(str(r["why_code"]) for r in rows).most_common())
+        result = sim.run(policy, spec.failure_rate, spec.seed, on_reasons=observe, on_progress=on_progress)
+    return result, {str(code): k for code, k in counts.most_common()}
 
 
-def plot_trace(rows: list[dict[str, Any]], title: str, jobs: int = 3) -> bytes:
-    """A PNG of the ``jobs`` longest-running jobs of a trace: GPUs held (steps) and Sia's and OAK's restart
-    factors (lines) against time, one panel per job."""
+def plot_trace(path: str | Path, title: str, jobs: int = 3) -> bytes:
+    """A PNG of the ``jobs`` longest-running jobs of a job trace (a Parquet file of ``run_traced``): GPUs held
+    (steps) and Sia's and OAK's restart factors (lines) against time, one panel per job. Reads the whole trace's
+    job and time columns, then only the chosen jobs' rows."""
     import io
 
-    import pandas as pd
+    import pyarrow.parquet as pq
     from matplotlib.figure import Figure
 
-    frame = pd.DataFrame(rows, columns=list(TRACE_COLUMNS))
-    if frame.empty:
+    times = pq.read_table(path, columns=["job", "time_s"])
+    if times.num_rows == 0:
         raise ValueError("empty job trace")
-    span = frame.groupby("job")["time_s"].agg(lambda t: float(t.max() - t.min()))
-    chosen = list(span.sort_values(ascending=False, kind="stable").index[:jobs])
+    spans = times.group_by("job").aggregate([("time_s", "min"), ("time_s", "max")]).to_pandas()
+    spans["span"] = spans["time_s_max"] - spans["time_s_min"]
+    spans = spans.sort_values("job", kind="stable").sort_values("span", ascending=False, kind="stable")
+    chosen = [str(j) for j in spans["job"].iloc[:jobs]]
+    frame = pq.read_table(path, filters=[("job", "in", chosen)]).to_pandas()
     fig = Figure(figsize=(10.0, 2.4 * len(chosen)), layout="constrained")
     axes = fig.subplots(len(chosen), 1, squeeze=False)[:, 0]
     for ax, name in zip(axes, chosen, strict=True):
-        job = frame[frame["job"] == name]
+        job = frame[frame["job"] == name].sort_values("time_s", kind="stable")
         hours = job["time_s"].to_numpy() / 3600.0
         ax.step(hours, job["gpus"], where="post", color="#1f77b4", lw=1.2, label="GPUs held")
         ax.set_ylabel("GPUs")

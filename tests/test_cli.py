@@ -153,3 +153,6 @@ def test_simulate_shows_its_progress_on_stderr() -> None:
     counts = re.findall(r"(\d+)/(\d+)", res.stderr)
     assert counts, res.stderr
     assert tuple(map(int, counts[-1])) == (len(load_workload("small").jobs),) * 2, res.stderr
+    # an error the run finds before its first round (jobs that arrive after the horizon) shows no bar
+    late = oak("simulate", "--workload", "small", "--horizon", "1")
+    assert late.returncode == 2 and "would never arrive" in late.stderr and "simulating" not in late.stderr

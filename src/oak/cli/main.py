@@ -111,6 +111,8 @@ def simulate(
     task = bar.add_task(f"simulating {policy}", total=None)
 
     def progress(t: float, finished: int, jobs: int) -> None:
+        if not bar.live.is_started:  # drawn from the run's first call: an input error before it shows no bar
+            bar.start()
         bar.update(task, completed=finished, total=jobs, description=f"simulating {policy}: {t / 3600:,.1f} h, jobs")
 
     if trace_jobs is not None or trace_plot is not None:
@@ -122,8 +124,10 @@ def simulate(
         with tempfile.TemporaryDirectory(prefix="oak-trace-") as scratch:
             # without --trace-jobs, the plot reads the trace from a file that goes away with it
             path = trace_jobs if trace_jobs is not None else Path(scratch) / "trace.parquet"
-            with bar:
+            try:
                 result, counts = run_traced(spec, path, on_progress=progress)
+            finally:
+                bar.stop()
             if trace_jobs is not None:
                 console.print(f"wrote {sum(counts.values()):,} job-rounds to {trace_jobs}")
                 console.print(
@@ -137,8 +141,10 @@ def simulate(
                 write_bytes_atomic(trace_plot, plot_trace(path, title))
                 console.print(f"wrote {trace_plot}")
     else:
-        with bar:
+        try:
             result = run_one(spec, on_progress=progress)
+        finally:
+            bar.stop()
     table = jobs_table(result, f"{policy} on {result.workload}, λ = {failure_rate:g}, seed {seed}")
     console.print(table)
     s = result.summary()

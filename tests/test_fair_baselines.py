@@ -105,6 +105,36 @@ def test_drf_policy_decides_as_the_scan_and_full_passes() -> None:
         assert np.asarray(got.config).tolist() == np.asarray(want.config).tolist(), seed
 
 
+def test_gavel_priorities_order_pairs_as_the_loop_did() -> None:
+    """``round_priorities`` (one lexsort over all (job, type) pairs) against the loop and tuple sort it replaced
+    (tests/support/reference_gavel.py) on 300 random rounds of three clusters, with the round's own fractions
+    and with fractions drawn from a few values (ties of priority, broken by deficit, x, job and type); jobs
+    that never ran, that ran for a moment and that ran."""
+    from oak.model.cluster import cluster_preset
+    from oak.policies.gavel import GavelPolicy, ftf_solve, round_priorities
+    from support.reference_gavel import reference_round_priorities
+    from support.snapshots import MIXED_12, PAPER_12, random_snapshot
+
+    clusters = (MIXED_12, PAPER_12, cluster_preset("sia-64"))
+    ties = 0
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        snap = random_snapshot(rng, clusters[seed % 3], int(rng.integers(1, (8, 40)[seed % 2])))
+        u = rng.random(snap.num_jobs)  # never ran, ran for a moment (its share of life below 1e-9), ran
+        attained = np.where(u < 0.3, 0.0, np.where(u < 0.4, 1e-12, rng.uniform(0, 5e4, snap.num_jobs)))
+        snap = dataclasses.replace(snap, attained_gpu_s=attained)
+        problem, cfg = GavelPolicy().problem(snap)
+        fractions = [ftf_solve(problem)[0], rng.choice([0.0, 0.25, 0.5, 1.0], size=cfg.shape)]
+        for x in fractions:
+            got, got_values = round_priorities(snap, cfg, x, problem.gpus)
+            want, want_values = reference_round_priorities(snap, cfg, x, problem.gpus)
+            assert got.tolist() == want.tolist(), seed
+            assert got_values.tobytes() == want_values.tobytes(), seed
+            keys = got_values[np.isfinite(got_values)]
+            ties += len(keys) - len(np.unique(keys))
+    assert ties > 100  # the tie-breaks were exercised
+
+
 def _brute_ftf(problem: FtfProblem, step: float) -> float:
     """The minimum over a grid of time fractions of the maximum finish-time ratio (vectorised)."""
     m, k = problem.throughput.shape

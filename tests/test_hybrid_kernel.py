@@ -14,8 +14,9 @@ import sys
 import numpy as np
 import pytest
 
-from oak.model.cluster import Cluster, Node, homogeneous_cluster
+from oak.model.cluster import Cluster, Node, cluster_preset, homogeneous_cluster
 from oak.model.snapshot import RoundSnapshot
+from oak.policies import make_policy
 from oak.policies.hybrid import HybridOakPolicy, HybridProblem, kernel_arrays, solve_numba
 from oak.policies.nsga import job_order, policy_rng
 from oak.scoring import UtilityParams, utility_matrix
@@ -29,6 +30,7 @@ CLUSTERS = (
     MIXED_12,
     homogeneous_cluster("aws", 8, 8),
     Cluster((Node(0, "aws", 2), Node(1, "rtx", 8), Node(2, "a100", 4))),
+    cluster_preset("sia-64x4"),
 )
 
 
@@ -205,4 +207,31 @@ def test_problem_tables_match_the_loop_definition() -> None:
         assert np.array_equal(prob.order, job_order(snap))
         for name, want in loop_tables(snap, u).items():
             got = getattr(prob, name)
+            if name == "best_fit":  # kept up to the largest configuration; a look-up beyond reads its last column
+                width = got.shape[2]
+                assert width == min(int(snap.capacity.max()), int(snap.config_gpus.max())) + 1
+                got = got[:, :, np.minimum(np.arange(want.shape[2]), width - 1)]
             assert got.dtype == np.int64 and np.array_equal(got, want), name
+
+
+def test_tables_and_engines_where_a_type_is_larger_than_every_configuration() -> None:
+    """On sia-64x4 (96 T4 GPUs, configurations of at most 64) best_fit stops at 64 GPUs: the loop definition's
+    look-ups beyond read its last column, and the compiled and NumPy engines decide alike on the simulator's
+    own rounds."""
+    from oak.sim import PhysicsOptions, Simulator
+    from oak.workloads import load_workload
+
+    rounds: list[RoundSnapshot] = []
+    sim = Simulator(load_workload("small"), cluster_preset("sia-64x4"), physics=PhysicsOptions(horizon_s=20_000))
+    sim.run(make_policy("sia"), 0.1, 0, on_round=lambda snap, alloc, placed: rounds.append(snap))
+    picked = rounds[:: max(1, len(rounds) // 12)]
+    assert len(picked) >= 8
+    for snap in picked:
+        u = utility_matrix(snap, UtilityParams())
+        prob = HybridProblem.from_snapshot(snap, u, 1.1)
+        assert prob.best_fit.shape[2] == int(snap.config_gpus.max()) + 1 < int(snap.capacity.max()) + 1
+        want = loop_tables(snap, u)["best_fit"]
+        assert np.array_equal(
+            prob.best_fit[:, :, np.minimum(np.arange(want.shape[2]), prob.best_fit.shape[2] - 1)], want
+        )
+        assert same_result(HybridOakPolicy(engine="numpy").decide(snap), HybridOakPolicy().decide(snap))

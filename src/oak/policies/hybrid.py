@@ -57,8 +57,9 @@ P_STEP = 0.3
 class HybridProblem:
     """One round's arrays; individuals are (P, J) configuration indices in snapshot job order.
 
-    value: (J, C+1) U with μ_na in the last column (x = −1). best_fit: (J, T, max capacity + 1) the
-    largest valid configuration of type t with at most f GPUs, or −1. options / n_options: (J, C+1) each
+    value: (J, C+1) U with μ_na in the last column (x = −1). best_fit: (J, T, F + 1) the largest valid
+    configuration of type t with at most f GPUs, or −1, F the largest configuration's GPUs or the largest
+    capacity if less (look up f > F at F). options / n_options: (J, C+1) each
     job's valid configurations followed by −1, padded, and how many there are.
     """
 
@@ -90,9 +91,11 @@ class HybridProblem:
         scan = np.lexsort((u, gpus_2d), axis=-1)
         rank = np.empty_like(scan)
         rank[rows, scan] = np.arange(c)[None, :]
-        # best_fit[i, t, f]: the last valid configuration of type t with at most f GPUs in scan order
+        # best_fit[i, t, f]: the last valid configuration of type t with at most f GPUs in scan order, for f up
+        # to the largest configuration that fits a type (beyond it nothing changes: look-ups clamp f to it, so a
+        # 2,048-GPU cluster's table is not 769 wide)
         n_types = len(capacity)
-        width = int(capacity.max(initial=0)) + 1
+        width = int(min(capacity.max(initial=0), gpus.max(initial=0))) + 1
         top = np.full((j, n_types, width), -1, dtype=np.int64)
         ji, ci = np.nonzero(valid & (gpus < width)[None, :])
         np.maximum.at(top, (ji, ctype[ci], gpus[ci]), rank[ji, ci])
@@ -158,7 +161,8 @@ class HybridProblem:
             cc = np.maximum(c, 0)
             t = self.config_type[cc]
             left = self.capacity[t] - used[rows, t]
-            new = np.where(self.gpus[cc] <= left, c, self.best_fit[i, t, np.maximum(left, 0)])
+            fit = self.best_fit[i, t, np.minimum(np.maximum(left, 0), self.best_fit.shape[2] - 1)]
+            new = np.where(self.gpus[cc] <= left, c, fit)
             new = np.where(has, new, -1)
             x[:, i] = new
             nn = np.maximum(new, 0)

@@ -58,7 +58,7 @@ def _repair_row(
         t = config_type[c]
         left = capacity[t] - used[t]
         if gpus[c] > left:
-            c = best_fit[i, t, max(left, 0)]
+            c = best_fit[i, t, min(max(left, 0), best_fit.shape[2] - 1)]
             row[i] = c
         if c >= 0:
             used[config_type[c]] += gpus[c]

@@ -46,8 +46,13 @@ def write_bytes_atomic(path: str | Path, data: bytes, mode: int | None = None) -
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    with contextlib.suppress(OSError):  # the rename itself durable too (not every filesystem allows it)
-        dir_fd = os.open(target.parent, os.O_RDONLY)
+    _fsync_dir(target.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (not every filesystem allows it: then nothing)."""
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
@@ -129,6 +134,7 @@ class AtomicParquetWriter:
         except BaseException:
             self.abort()
             raise
+        _fsync_dir(self.path.parent)
 
     def abort(self) -> None:
         """Drop what was written: no file at ``path`` (one already there stays as it was)."""

@@ -116,14 +116,17 @@ def simulate(
         bar.update(task, completed=finished, total=jobs, description=f"simulating {policy}: {t / 3600:,.1f} h, jobs")
 
     if trace_jobs is not None or trace_plot is not None:
+        import contextlib
         import tempfile
 
         from oak.io_util import write_bytes_atomic
         from oak.sim.trace import plot_trace, run_traced
 
-        with tempfile.TemporaryDirectory(prefix="oak-trace-") as scratch:
+        with contextlib.ExitStack() as scratch:
             # without --trace-jobs, the plot reads the trace from a file that goes away with it
-            path = trace_jobs if trace_jobs is not None else Path(scratch) / "trace.parquet"
+            path = trace_jobs
+            if path is None:
+                path = Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="oak-trace-"))) / "trace.parquet"
             try:
                 result, counts = run_traced(spec, path, on_progress=progress)
             finally:

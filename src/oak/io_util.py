@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,10 +32,76 @@ def write_json(path: str | Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+def write_target(path: str | Path) -> tuple[Path, bool]:
+    """Where a write to ``path`` lands and whether it is atomic. Symbolic links are followed, so a link keeps
+    pointing where it did and its target gets the content. A regular file, or a path not there yet, is replaced
+    by a rename (atomic). A device, pipe or socket, and any path under /dev or /proc (``/dev/null``,
+    ``/dev/stdout``, whatever the shell redirected it to), is written in place: a rename would replace the
+    device node, or the file behind the descriptor, instead of writing to it.
+
+    Raises IsADirectoryError for a directory."""
+    given = Path(path).absolute()
+    if given.parts[1:2] in (("dev",), ("proc",)):  # /dev/stdout, /dev/fd/N, /proc/self/fd/N: the open file itself
+        if given.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", str(path))
+        return given, False
+    real = Path(os.path.realpath(path))
+    try:
+        mode = os.stat(real).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # not there yet (or a file in the way: said on writing)
+        return real, True
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", str(path))
+    return real, stat.S_ISREG(mode)
+
+
+def output_file_problem(path: str | Path) -> str | None:
+    """Why a file could not be written at ``path`` (None: it can, as far as can be told without writing). The
+    check that lets a command refuse a bad output path before its work: an existing directory, a file where a
+    parent directory should be, or a directory the user may not create files in (or on a read-only file
+    system). Missing parent directories are fine: the writers create them."""
+    try:
+        real, atomic = write_target(path)
+    except IsADirectoryError:
+        return "is a directory; expected a file name"
+    except OSError as exc:  # e.g. a loop of symbolic links
+        return exc.strerror or str(exc)
+    if not atomic:  # written in place
+        return None if os.access(real, os.W_OK) else "no permission to write it"
+    return _creatable(real.parent)
+
+
+def output_dir_problem(path: str | Path) -> str | None:
+    """Why files could not be written in the folder ``path`` (None: they can; a missing folder is created):
+    a file there instead, a file in the way of a parent, no permission or a read-only file system."""
+    real = Path(os.path.realpath(path))
+    if real.exists() and not real.is_dir():
+        return "is a file; expected a folder"
+    return _creatable(real)
+
+
+def _creatable(directory: Path) -> str | None:
+    """Why files could not be created in ``directory``, made with its missing parents if need be (None: they
+    can). The nearest existing ancestor decides."""
+    parent = directory
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot create files in {parent} (no write permission or a read-only file system)"
+    return None
+
+
 def write_bytes_atomic(path: str | Path, data: bytes, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` via a temporary file, fsync and rename: readers never see a partial file. The
-    file's mode is ``mode`` when given (e.g. 0o600 for a private file, whatever the umask), else 0666 & ~umask."""
-    target = Path(path)
+    file's mode is ``mode`` when given (e.g. 0o600 for a private file, whatever the umask), else 0666 & ~umask.
+    A symbolic link is followed, and a device or pipe is written in place (:func:`write_target`)."""
+    target, atomic = write_target(path)
+    if not atomic:
+        with open(target, "wb") as fh:
+            fh.write(data)
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
@@ -71,20 +139,29 @@ class AtomicParquetWriter:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path, self._atomic = write_target(path)
         self._schema = pa.schema(list(schema))
         self._batch_rows = batch_rows
         self._pending: dict[str, list[Any]] = {name: [] for name, _ in schema}
         self._pending_rows = 0
         self.rows = 0
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        os.close(fd)
-        self._tmp = Path(tmp)
+        if self._atomic:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+            os.close(fd)
+            self._tmp = Path(tmp)
+        else:  # a device or pipe, written in place (write_target), through a Python file: Arrow's seeks fail on a pipe
+            self._tmp = self.path
+        self._fh: Any = None
+        self._writer: pq.ParquetWriter | None = None
         try:
-            self._writer: pq.ParquetWriter | None = pq.ParquetWriter(tmp, self._schema)
+            if self._atomic:
+                self._writer = pq.ParquetWriter(str(self._tmp), self._schema)
+            else:
+                self._fh = open(self.path, "wb")  # noqa: SIM115 - closed by close() and abort()
+                self._writer = pq.ParquetWriter(pa.PythonFile(self._fh, mode="w"), self._schema)
         except BaseException:
-            self._tmp.unlink(missing_ok=True)
+            self.abort()
             raise
 
     def append(self, columns: Mapping[str, Any]) -> None:
@@ -127,6 +204,9 @@ class AtomicParquetWriter:
             self._flush()
             self._writer.close()
             self._writer = None
+            if not self._atomic:
+                self._fh.close()
+                return
             with open(self._tmp, "rb") as fh:
                 os.fsync(fh.fileno())
             os.chmod(self._tmp, 0o666 & ~_umask())  # mkstemp makes 0600
@@ -142,7 +222,11 @@ class AtomicParquetWriter:
             with contextlib.suppress(Exception):
                 self._writer.close()
             self._writer = None
-        self._tmp.unlink(missing_ok=True)
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                self._fh.close()
+        if self._atomic:
+            self._tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> AtomicParquetWriter:
         return self

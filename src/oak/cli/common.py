@@ -87,7 +87,35 @@ SolverOpt = Annotated[
 #: a test checks that every preset is named).
 CLUSTER_HELP = "Cluster preset: " + cluster_preset_help()  # generated from the presets, not restated
 ClusterOpt = Annotated[str, typer.Option(help=CLUSTER_HELP)]
-JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the runs as JSON to this path.")]
+
+
+def output_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """Option callback of a file the command will write: a path it could not write (a directory, a file in
+    the way of a parent directory, no permission) exits 2 before any work, not with a traceback after it."""
+    from oak.io_util import output_file_problem
+
+    if value is not None and not ctx.resilient_parsing:
+        problem = output_file_problem(value)
+        if problem is not None:
+            fail(f"{param.opts[0]} {value}: {problem}")
+    return value
+
+
+def output_dir(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """Option callback of a folder the command will write into (created if missing): not a file, and a place
+    where files can be created; else exit 2 before any work."""
+    from oak.io_util import output_dir_problem
+
+    if value is not None and not ctx.resilient_parsing:
+        problem = output_dir_problem(value)
+        if problem is not None:
+            fail(f"{param.opts[0]} {value}: {problem}")
+    return value
+
+
+JsonOpt = Annotated[
+    Path | None, typer.Option("--json", help="Write the runs as JSON to this path.", callback=output_file)
+]
 PopulationOpt = Annotated[
     int | None, typer.Option(help="NSGA-II population of pollux (default 100) and hybrid-oak (default 20).")
 ]

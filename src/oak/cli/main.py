@@ -24,6 +24,7 @@ from oak.cli.common import (
     err_console,
     fail,
     jobs_table,
+    output_file,
     progress_bar,
     with_physics_options,
     workloads_app,
@@ -87,12 +88,16 @@ def simulate(
         Path | None,
         typer.Option(
             help="Write each job's state in every round (GPUs, restarts, failures, restart factors) to this "
-            "Parquet file."
+            "Parquet file.",
+            callback=output_file,
         ),
     ] = None,
     trace_plot: Annotated[
         Path | None,
-        typer.Option(help="Plot the three longest-running jobs' GPUs and restart factors over time to this PNG."),
+        typer.Option(
+            help="Plot the three longest-running jobs' GPUs and restart factors over time to this PNG.",
+            callback=output_file,
+        ),
     ] = None,
     physics: Any = None,
 ) -> None:
@@ -319,7 +324,9 @@ def workloads_show(name: Annotated[str, typer.Argument(help="Embedded workload n
 
 @workloads_app.command("synth")
 def workloads_synth(
-    out: Annotated[Path, typer.Option(help="Output workload CSV (OAK format; written atomically).")],
+    out: Annotated[
+        Path, typer.Option(help="Output workload CSV (OAK format; written atomically).", callback=output_file)
+    ],
     source: Annotated[str, typer.Option("--from", help="Trace family to derive from: philly.")] = "philly",
     jobs: Annotated[int, typer.Option(help="Number of jobs (> 0).")] = 160,
     cluster: Annotated[str, typer.Option(help=f"Cluster the GPU bounds are clipped to. {CLUSTER_HELP}")] = "sia-64",
@@ -361,7 +368,9 @@ def catalog_build(
     profiles: Annotated[
         Path, typer.Argument(help="Folder of per-application profiles, e.g. ../shared/data/sia/profiles")
     ],
-    out: Annotated[Path | None, typer.Option(help="Output path (default: the packaged catalog).")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Output path (default: the packaged catalog).", callback=output_file)
+    ] = None,
 ) -> None:
     """Fit the throughput model per application and GPU type and write the catalog."""
     from oak.catalog.build import build_catalog, write_catalog

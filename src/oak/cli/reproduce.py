@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from oak.cli.common import app, console, fail, progress_bar
+from oak.cli.common import app, console, fail, output_dir, progress_bar
 
 
 @app.command()
@@ -17,9 +17,10 @@ def reproduce(
     experiment: Annotated[
         str, typer.Argument(help="An experiment name (see --list), several joined by commas, or 'all'.")
     ] = "all",
-    out: Annotated[Path, typer.Option(help="Output folder: results store, report.md, report.html, figures.")] = Path(
-        "results/oak"
-    ),
+    out: Annotated[
+        Path,
+        typer.Option(help="Output folder: results store, report.md, report.html, figures.", callback=output_dir),
+    ] = Path("results/oak"),
     seeds: Annotated[int | None, typer.Option(help="Seeds per cell (default 3; 1 with --quick).")] = None,
     paper_seeds: Annotated[bool, typer.Option("--paper-seeds", help="The paper's seed count per experiment.")] = False,
     quick: Annotated[bool, typer.Option("--quick", help="Small faithful version (what CI runs).")] = False,

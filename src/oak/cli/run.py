@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 from rich.markup import escape
 
-from oak.cli.common import app, console, err_console, fail, jobs_table
+from oak.cli.common import app, console, err_console, fail, jobs_table, output_dir, output_file
 
 if TYPE_CHECKING:
     from oak.runtime.executor import Executor
@@ -52,7 +52,10 @@ def run_jobs(
     round_seconds: Annotated[float, typer.Option(help="Seconds per scheduling round.")] = 60.0,
     seed: Annotated[int, typer.Option(help="Seed of the failure stream and the workers.")] = 0,
     run_dir: Annotated[
-        Path | None, typer.Option(help="Run directory (state.sqlite, job folders); the same one resumes a run.")
+        Path | None,
+        typer.Option(
+            help="Run directory (state.sqlite, job folders); the same one resumes a run.", callback=output_dir
+        ),
     ] = None,
     profile_type: Annotated[
         str | None, typer.Option(help="Catalog GPU type whose goodput model scores allocations (cpu: aws).")
@@ -68,7 +71,9 @@ def run_jobs(
         str | None,
         typer.Option(help="slurm|ray: plan over the running cluster's nodes (jobs may span nodes); as --backend."),
     ] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the run as JSON to this path.")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the run as JSON to this path.", callback=output_file)
+    ] = None,
     max_retries: Annotated[
         int, typer.Option(help="A job failing this many times in a row without progress fails for good.")
     ] = 3,

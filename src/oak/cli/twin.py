@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from oak.cli.common import JsonOpt, app, console, fail, progress_bar
+from oak.cli.common import JsonOpt, app, console, fail, output_file, progress_bar
 
 
 def _trace_of(source: Path) -> dict[str, Any]:
@@ -27,10 +27,13 @@ def _trace_of(source: Path) -> dict[str, Any]:
 @app.command("export-trace")
 def export_trace_cmd(
     run_dir: Annotated[Path, typer.Argument(help="An oak run / oak serve run directory.")],
-    out: Annotated[Path, typer.Option(help="Write the trace (JSON) here.")],
+    out: Annotated[Path, typer.Option(help="Write the trace (JSON) here.", callback=output_file)],
     failures: Annotated[
         Path | None,
-        typer.Option(help="Also write the run's failures as a failure log CSV (--failure-model trace:FILE)."),
+        typer.Option(
+            help="Also write the run's failures as a failure log CSV (--failure-model trace:FILE).",
+            callback=output_file,
+        ),
     ] = None,
 ) -> None:
     """Write what a run recorded as the simulator's input: jobs as submitted, measured step times and restore

@@ -250,7 +250,7 @@ def _status(run_dir: Path) -> tuple[dict[str, Any], bool]:
 
 def _stored_status(run_dir: Path) -> dict[str, Any]:
     from oak.runtime.jobs_file import job_from_dict
-    from oak.runtime.store import RunStore
+    from oak.runtime.store import RunStore, UnreadableRunState
 
     db = run_dir / "state.sqlite"
     if not db.is_file():
@@ -264,6 +264,8 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
             recs = store.jobs()
         finally:
             store.close()
+    except UnreadableRunState as exc:
+        fail(str(exc))
     except (sqlite3.Error, ValueError, TypeError, KeyError) as exc:
         fail(f"{db}: unreadable ({type(exc).__name__}: {exc})")
     # oak serve's jobs in submission order; an oak run's (no submissions) in its records' order
@@ -476,7 +478,7 @@ def explain(
     values, and the jobs that hold the GPUs it would need (docs/jobs.md, "Why a job waits")."""
     import sqlite3
 
-    from oak.runtime.store import RunStore
+    from oak.runtime.store import RunStore, UnreadableRunState
 
     if rounds < 1:
         fail(f"--rounds {rounds}: expected a number of rounds >= 1")
@@ -489,6 +491,8 @@ def explain(
             seen = store.explain(name, rounds)
         finally:
             store.close()
+    except UnreadableRunState as exc:
+        fail(str(exc))
     except sqlite3.Error as exc:
         fail(f"{db}: unreadable ({type(exc).__name__}: {exc})")
     if json_out:

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oak.errors import OakInputError
+
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -178,6 +180,11 @@ class JobRecord:
         return r
 
 
+class UnreadableRunState(OakInputError):
+    """A run directory's state.sqlite that SQLite cannot read as a database (overwritten, truncated, corrupt):
+    every command that opens it exits 2 with this message instead of a traceback."""
+
+
 class RunStore:
     """The run directory's ``state.sqlite``."""
 
@@ -199,9 +206,18 @@ class RunStore:
                 if f.exists():
                     f.chmod(0o600)
             self._db = sqlite3.connect(str(path), isolation_level=None, timeout=30.0, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(_SCHEMA)
+            except sqlite3.DatabaseError as exc:
+                self._db.close()
+                if isinstance(exc, sqlite3.OperationalError):  # locked, busy, out of disk: not the file's fault
+                    raise
+                raise UnreadableRunState(
+                    f"{path}: unreadable ({type(exc).__name__}: {exc}); not the state of an oak run or oak serve "
+                    "(move it away to start a new run there)"
+                ) from exc
         finally:
             os.umask(old)
         for f in (path, *self.sidecars()):

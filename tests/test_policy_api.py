@@ -74,6 +74,45 @@ def test_bad_plugins_are_input_errors(tmp_path: Path, ref: str, message: str) ->
     assert "Traceback" not in res.stderr
 
 
+def test_a_failing_or_wrong_decide_is_an_input_error_naming_the_round_and_the_line(tmp_path: Path) -> None:
+    """A user's decide that raises, or returns something other than an Allocation, stops the run with one
+    message (exit 2): the policy, the round's time, the exception and the line of the user's file."""
+    (tmp_path / "plug.py").write_text(
+        "from oak import PolicyBase\n\n"
+        "class Raises(PolicyBase):\n    name = 'raises'\n\n"
+        "    def decide(self, snap):\n        return {}[snap.job_names[0]]\n\n"
+        "class ReturnsNone(PolicyBase):\n    name = 'returns-none'\n\n"
+        "    def decide(self, snap):\n        return None\n",
+        encoding="utf-8",
+    )
+    want = {
+        "plug.py:Raises": f"policy 'raises' failed at t = 0 s: KeyError: 'cifar10-0' ({tmp_path / 'plug.py'}:7, in decide)",
+        "plug.py:ReturnsNone": "policy 'returns-none' returned NoneType at t = 0 s; expected an oak.Allocation",
+    }
+    for ref, message in want.items():
+        for args in (["simulate", "--policy", ref], ["compare", "--policies", f"oak,{ref}", "--seeds", "1"]):
+            res = _oak([*args, "--workload", "small"], tmp_path)
+            assert res.returncode == 2, res.stdout + res.stderr
+            assert message in " ".join(res.stderr.split()), res.stderr
+            assert "Traceback" not in res.stderr
+
+
+def test_an_exception_in_oaks_own_policy_is_not_blamed_on_the_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    from oak.errors import PolicyError
+    from oak.policies import make_policy
+    from oak.policies.drf import DrfPolicy
+    from oak.sim import Simulator
+    from oak.workloads import load_workload
+
+    def broken(self: object, snap: object) -> None:
+        raise ZeroDivisionError("a bug of OAK's")
+
+    monkeypatch.setattr(DrfPolicy, "decide", broken)
+    with pytest.raises(ZeroDivisionError, match="a bug of OAK's") as caught:
+        Simulator(load_workload("small")).run(make_policy("drf"), 0.0, 0)
+    assert not isinstance(caught.value, PolicyError)
+
+
 def test_installed_packages_publish_policies_through_entry_points(tmp_path: Path) -> None:
     """A package that declares ``[project.entry-points."oak.policies"] mine = ...`` is found by name."""
     site = tmp_path / "site"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import time
+import traceback
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from oak.engine.ledger import JobsState
 from oak.engine.model import ClusterModel
+from oak.errors import PolicyError
 from oak.model.snapshot import Allocation, RoundSnapshot
 from oak.placement.placer import GpuSet
 from oak.policies.base import Policy
@@ -61,11 +63,34 @@ class Plan:
     intents: tuple[JobIntent, ...]
 
 
+def decide(policy: Policy, snap: RoundSnapshot) -> Allocation:
+    """``policy.decide(snap)``, checked: a result that is not an :class:`Allocation` is a :class:`PolicyError`, and
+    so is an exception raised by a user's policy (code outside the ``oak`` package: ``--policy FILE.py:NAME`` or
+    ``MODULE:NAME``), with the round's time and where in the user's code it was raised. An exception of OAK's
+    own policies is OAK's bug and propagates as it is."""
+    try:
+        alloc = policy.decide(snap)
+    except Exception as exc:
+        if type(policy).__module__.partition(".")[0] == "oak":
+            raise
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" ({frames[-1].filename}:{frames[-1].lineno}, in {frames[-1].name})" if frames else ""
+        raise PolicyError(
+            f"policy {policy.name!r} failed at t = {snap.time_s:,.0f} s: {type(exc).__name__}: {exc}{where}"
+        ) from exc
+    if not isinstance(alloc, Allocation):
+        raise PolicyError(
+            f"policy {policy.name!r} returned {type(alloc).__name__} at t = {snap.time_s:,.0f} s; expected an "
+            "oak.Allocation (docs/policies.md)"
+        )
+    return alloc
+
+
 def step(model: ClusterModel, st: JobsState, now: float, active: np.ndarray, policy: Policy) -> Plan:
     """Decide the round at ``now`` for the ``active`` jobs of the ledger ``st`` (read only)."""
     snap = model.snapshot(st, now, active, policy.needs_node_goodput)
     start = time.perf_counter()
-    alloc = policy.decide(snap)
+    alloc = decide(policy, snap)
     ms = (time.perf_counter() - start) * 1e3
     shapes, placed = model.plan(snap, alloc, policy.name, st, active, policy.avoids_failing_nodes)
     relocate = model.physics.restart_on == "shape"

@@ -75,13 +75,15 @@ def decide(policy: Policy, snap: RoundSnapshot) -> Allocation:
             raise
         frames = traceback.extract_tb(exc.__traceback__)
         where = f" ({frames[-1].filename}:{frames[-1].lineno}, in {frames[-1].name})" if frames else ""
+        raised = f"{type(exc).__name__}: {exc}{where}"
         raise PolicyError(
-            f"policy {policy.name!r} failed at t = {snap.time_s:,.0f} s: {type(exc).__name__}: {exc}{where}"
+            f"policy {policy.name!r} failed at t = {snap.time_s:,.0f} s: {raised}", what=f"raised {raised}"
         ) from exc
     if not isinstance(alloc, Allocation):
         raise PolicyError(
             f"policy {policy.name!r} returned {type(alloc).__name__} at t = {snap.time_s:,.0f} s; expected an "
-            "oak.Allocation (docs/policies.md)"
+            "oak.Allocation (docs/policies.md)",
+            what=f"returned {type(alloc).__name__}, not an oak.Allocation",
         )
     return alloc
 

@@ -50,7 +50,7 @@ from oak.catalog.checkpoint import checkpoint_write_s
 from oak.engine import ClusterModel, Intent, JobIntent, JobResult, JobsState, Plan, RunResult, step
 from oak.engine.reasons import RoundReasons, round_reasons
 from oak.engine.rules import PhysicsOptions, advised_checkpoint_interval
-from oak.errors import OakInputError
+from oak.errors import OakInputError, PolicyError
 from oak.failures import FailureStream, PerJobBernoulli, rng
 from oak.job import ADVICE_FILE
 from oak.model.cluster import Cluster, homogeneous_cluster
@@ -1040,7 +1040,9 @@ class RuntimeScheduler:
                 raise
             # a live run outlives a policy (a user's plugin) that raises: nothing was stopped or started, every
             # job keeps what it holds, and the next round asks the policy again
-            msg = f"policy {self.policy.name!r} raised {type(exc).__name__}: {str(exc)[:300]}"
+            what = exc.what if isinstance(exc, PolicyError) else None  # a user's decide: without the round's time
+            raised = what[:400] if what else f"raised {type(exc).__name__}: {str(exc)[:300]}"
+            msg = f"policy {self.policy.name!r} {raised}"
             if msg != self.policy_error:
                 print(f"oak serve: {msg}; jobs keep their devices, the next round asks again", file=sys.stderr)
             self.policy_error = msg

@@ -96,3 +96,54 @@ def test_bench_sweep_reports_three_ways_with_the_same_results(tmp_path: Path) ->
     assert "goal (issue [fast-at-scale]): 2 workers ≥ 1.8x one process" in " ".join(res.output.split())
     bad = CliRunner().invoke(app, [*args, "--workers", "0"])
     assert bad.exit_code == 2 and "--workers 0: expected a positive integer" in bad.output
+
+
+def test_workers_leave_ctrl_c_to_the_parent() -> None:
+    """A terminal's Ctrl-C reaches every process of the group. Workers ignore it (the parent ends them): one
+    interrupted while it read the pool's task queue died holding the queue's lock and hung the others and the
+    parent's exit. Here every worker gets SIGINT after the first result, and the sweep still ends whole."""
+    import multiprocessing
+    import os
+    import signal
+
+    from oak.sim.compare import run_pool
+
+    specs = _sweep(["oak", "sia"], [0.0, 0.1], 2)
+    got: dict[int, RunResult] = {}
+
+    def done(i: int, res: RunResult) -> None:
+        if not got:
+            workers = multiprocessing.active_children()
+            assert workers
+            for proc in workers:
+                assert proc.pid is not None
+                os.kill(proc.pid, signal.SIGINT)
+        got[i] = res
+
+    run_pool(specs, 2, done)
+    assert sorted(got) == list(range(len(specs)))
+    alone = run_many(specs, workers=1)
+    assert [[j.jct_s for j in got[i].jobs] for i in range(len(specs))] == [[j.jct_s for j in r.jobs] for r in alone]
+
+
+def test_an_interrupted_sweep_ends_its_workers() -> None:
+    """Ctrl-C in the parent (here: from the callback of the first result) ends the sweep at once: the runs still
+    going are abandoned, their workers ended, nothing more delivered."""
+    import multiprocessing
+
+    import pytest
+
+    from oak.sim.compare import run_pool
+
+    before = set(multiprocessing.active_children())
+    specs = [RunSpec("oak", "small", 0.0, 0), *(RunSpec("sia", "stress", 0.1, s) for s in range(3))]
+    got: list[int] = []
+
+    def done(i: int, res: RunResult) -> None:
+        got.append(i)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_pool(specs, 2, done)
+    assert len(got) == 1
+    assert set(multiprocessing.active_children()) - before == set()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -143,7 +145,9 @@ def run_pool(
     is decided as runs end."""
     order = ORDERS[order_name](specs)
     kernels = sweep_kernels(specs)
-    with ProcessPoolExecutor(max_workers=workers, initializer=load_kernels if kernels else None) as pool:
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_start, initargs=(kernels,))
+    try:
         pending: dict[Future[RunResult], int] = {}
         while order or pending:
             while order and len(pending) < workers:
@@ -155,6 +159,24 @@ def run_pool(
                 res = fut.result()
                 order.observed(specs[i], res.wall_s)
                 done(i, res)
+    except BaseException:
+        # Ctrl-C, a failed run, a callback that raised: the runs still going are abandoned, not waited for (a
+        # stress run takes minutes); their results were never delivered, so nothing half-done is kept
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in set(multiprocessing.active_children()) - before:
+            proc.terminate()
+            proc.join(5.0)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _worker_start(kernels: bool) -> None:
+    """A pool worker's start: Ctrl-C is left to the parent (which ends the workers). A worker interrupted while it
+    reads the pool's task queue would die holding the queue's lock, and the other workers and the parent, joining
+    them at exit, would wait on it for ever. With ``kernels``, the compiled round kernels are loaded."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if kernels:
+        load_kernels()
 
 
 def run_many(

@@ -103,7 +103,7 @@ def validation_files(app_dir: Path) -> list[tuple[int, Path]]:
 
 def _rows(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:  # a leading BOM is no header
             reader = csv.DictReader(fh)
             header = reader.fieldnames or []
             missing = [c for c in required if c not in header]

@@ -165,7 +165,7 @@ class Catalog:
         else:
             source = str(path)
             try:
-                text = Path(path).read_text(encoding="utf-8")
+                text = Path(path).read_text(encoding="utf-8-sig")  # json refuses a leading BOM
             except (OSError, UnicodeDecodeError) as exc:
                 raise OakInputError(f"{source}: cannot read catalog file: {exc}") from exc
         return cls.from_json(text, source=source)

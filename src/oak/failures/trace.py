@@ -108,7 +108,7 @@ def load_failure_trace(path: str | Path) -> FailureTrace:
     """Read and validate a failure log (module docstring); OakInputError names the file, line and field."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a leading BOM is no header
     except (OSError, UnicodeDecodeError) as exc:
         raise OakInputError(f"--failure-model trace:{path}: cannot read the failure log ({exc})") from None
     rows = csv.reader(text.splitlines())

@@ -225,7 +225,7 @@ def load_trace(path: str | Path) -> dict[str, Any]:
     """A trace written by ``oak export-trace`` (checked: format, version, the fields a replay reads)."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(p.read_text(encoding="utf-8-sig"))  # json refuses a leading BOM
     except (OSError, UnicodeDecodeError) as exc:
         raise OakInputError(f"{p}: cannot read the trace ({exc})") from None
     except ValueError as exc:

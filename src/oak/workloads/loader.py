@@ -46,7 +46,7 @@ def load_workload(name_or_path: str, known_apps: Collection[str] | None = None) 
             f"(embedded: {', '.join(builtin_workloads())})"
         )
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a leading BOM (a spreadsheet's "CSV UTF-8") is no header
     except (OSError, UnicodeDecodeError) as exc:
         raise OakInputError(f"{path}: cannot read workload file: {exc}") from exc
     return read_workload_csv(text, str(path), path.stem, known_apps)

@@ -116,7 +116,7 @@ def read_trace(path: str | Path) -> RawTrace:
     p = Path(path)
     try:
         data = p.read_bytes()
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a leading BOM is no header
     except (OSError, UnicodeDecodeError) as exc:
         raise OakInputError(f"{p}: cannot read trace file: {exc}") from exc
     reader = csv.reader(io.StringIO(text))

@@ -61,11 +61,30 @@ def test_sia_trace_files_load() -> None:
             "'application' = 'gpt9' is unknown",
         ),
         ("name,submit_time_s,application,min_gpus,max_gpus\nj,nan,cifar10,1,2\n", "finite"),
+        (  # a misspelt optional column was ignored: the job ran with the default penalty
+            "name,submit_time_s,application,min_gpus,max_gpus,restart_penalty\nj,0,cifar10,1,2,500\n",
+            "column 'restart_penalty' is not one OAK reads; did you mean 'restart_penalty_s'",
+        ),
+        ("name,submit_time_s,application,min_gpus,max_gpus,GPUs\nj,0,cifar10,1,2,2\n", "did you mean 'gpus'"),
+        (
+            "name,time,application,Num_Replica,batch_size\nj,0,cifar10,4,128\n",
+            r"missing num_replicas; misspelt\? 'Num_Replica' for 'num_replicas'",
+        ),
     ],
 )
 def test_malformed_workloads(text: str, message: str) -> None:
     with pytest.raises(OakInputError, match=message):
         read_workload_csv(text, "w.csv", "w", known_apps={"cifar10", "bert"})
+
+
+def test_other_columns_are_ignored() -> None:
+    """Columns OAK does not read and that are no near miss of one it reads (notes, a trace's own fields) are
+    ignored, in either format."""
+    oak = read_workload_csv(
+        "name,submit_time_s,application,min_gpus,max_gpus,note\nj,0,cifar10,1,2,first try\n", "w.csv", "w"
+    )
+    sia = read_workload_csv("name,time,application,num_replicas,batch_size,duration\nj,0,cifar10,4,128,60\n", "s", "s")
+    assert oak.jobs[0].max_gpus == 2 and sia.jobs[0].max_gpus == 4
 
 
 def test_missing_file() -> None:

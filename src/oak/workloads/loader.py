@@ -4,6 +4,7 @@ and Sia's CSV (``name,time,application,num_replicas,batch_size``). Lines startin
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import math
 from collections.abc import Collection
@@ -75,12 +76,29 @@ def read_workload_csv(text: str, source: str, name: str, known_apps: Collection[
     elif all(f in fields for f in SIA_REQUIRED):
         fmt = "sia"
     else:
+        closest = min((OAK_REQUIRED, SIA_REQUIRED), key=lambda req: sum(r not in fields for r in req))
+        missing = [r for r in closest if r not in fields]
+        others = {f.lower(): f for f in fields if f not in closest}
+        hints = [
+            f"{others[near[0]]!r} for {m!r}"
+            for m in missing
+            if (near := difflib.get_close_matches(m, list(others), 1, 0.8))
+        ]
         raise OakInputError(
             f"{source}:{header_line}: header {fields} matches no workload format; expected "
-            f"{','.join(OAK_REQUIRED)}[,{','.join(OAK_OPTIONAL)}] or {','.join(SIA_REQUIRED)}"
+            f"{','.join(OAK_REQUIRED)}[,{','.join(OAK_OPTIONAL)}] or {','.join(SIA_REQUIRED)} (missing "
+            f"{', '.join(missing)}{'; misspelt? ' + ', '.join(hints) if hints else ''})"
         )
     if len(set(fields)) != len(fields):
         raise OakInputError(f"{source}:{header_line}: duplicate column in header {fields}")
+    read = OAK_REQUIRED + OAK_OPTIONAL if fmt == "oak" else SIA_REQUIRED
+    for f in fields:  # other columns are ignored (notes, a trace's own fields), a misspelt one is not
+        near = difflib.get_close_matches(f.lower(), [r for r in read if r not in fields], n=1, cutoff=0.8)
+        if f not in read and near:
+            raise OakInputError(
+                f"{source}:{header_line}: column {f!r} is not one OAK reads; did you mean {near[0]!r}? (other "
+                f"columns are ignored; this format reads {','.join(read)})"
+            )
     if len(numbered) == 1:
         raise OakInputError(f"{source}: no jobs after the header; expected at least one job")
     jobs: list[JobSpec] = []

@@ -50,6 +50,41 @@ def test_resume_skips_stored_runs(tmp_path: Path) -> None:
     assert runs.set_index("key").loc[spec_key(SPECS[0]), "mean_jct_s"] == direct
 
 
+def test_a_flush_cut_between_its_two_tables_stores_no_run_without_its_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two tables are written one after the other; a crash between them must not leave a run counted as
+    stored whose jobs were never written (its per-job rows missing for good), nor duplicate job rows after it is
+    run again."""
+    import oak.reproduce.store as store_module
+
+    store = ResultsStore(tmp_path)
+    assert execute(SPECS[:1], store, workers=1) == 1
+    real = store_module._write_parquet
+    calls: list[Path] = []
+
+    def crash_on_second(df: object, path: Path) -> None:
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError("simulated crash between the two tables")
+        real(df, path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store_module, "_write_parquet", crash_on_second)
+    with pytest.raises(OSError, match="simulated crash"):
+        execute(SPECS[1:2], store, workers=1)
+    monkeypatch.setattr(store_module, "_write_parquet", real)
+    again = ResultsStore(tmp_path)
+    stored = again.runs()
+    assert set(again.jobs(stored["key"])["key"]) == set(stored["key"])  # every stored run has its jobs
+    assert again.missing(SPECS[:2]) == [SPECS[1]]  # the cut run is done again
+    assert execute(SPECS[:2], again, workers=1) == 1
+    final = ResultsStore(tmp_path)
+    runs = final.runs(SPECS[:2])
+    assert len(runs) == 2
+    jobs = final.jobs(runs["key"])
+    assert len(jobs) == 2 * 4 and not jobs.duplicated(["key", "name"]).any()
+
+
 def test_local_pool_matches_serial(tmp_path: Path) -> None:
     """Exact equality across processes is sound: the simulator's floating point is NumPy element-wise work and
     sums (the same kernels in every process of one machine) and BLAS products of length <= 4 (too short to be

@@ -75,13 +75,17 @@ def spec_key(spec: RunSpec) -> str:
 
 
 class ResultsStore:
-    """Runs and jobs tables under ``root``; ``add`` buffers, ``flush`` writes atomically."""
+    """Runs and jobs tables under ``root``; ``add`` buffers, ``flush`` writes atomically (each table, and the pair:
+    the runs table last, job rows of runs it lacks dropped on reading)."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self._runs = self._read(RUN_FILE)
         self._jobs = self._read(JOB_FILE)
+        if "key" in self._jobs and not self._jobs.empty:  # a flush cut short after the jobs, before the runs
+            done = set(self._runs["key"]) if "key" in self._runs else set()
+            self._jobs = self._jobs[self._jobs["key"].isin(done)].reset_index(drop=True)
         self._pending_runs: list[dict[str, Any]] = []
         self._pending_jobs: list[dict[str, Any]] = []
         self._keys = set(self._runs["key"]) if "key" in self._runs else set()
@@ -127,8 +131,11 @@ class ResultsStore:
         self._jobs = pd.concat([self._jobs, pd.DataFrame(self._pending_jobs)], ignore_index=True)
         self._pending_runs.clear()
         self._pending_jobs.clear()
-        _write_parquet(self._runs, self.root / RUN_FILE)
+        # jobs first: a run counts as stored once it is in the runs table, so a crash between the two writes
+        # leaves job rows of runs not stored (dropped on reading, the runs done again), never a stored run
+        # without its jobs
         _write_parquet(self._jobs, self.root / JOB_FILE)
+        _write_parquet(self._runs, self.root / RUN_FILE)
 
     def runs(self, specs: Iterable[RunSpec] | None = None) -> pd.DataFrame:
         """Stored runs (those of ``specs`` if given), with the spec's key."""

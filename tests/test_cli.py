@@ -90,6 +90,11 @@ def test_workloads_list_and_show() -> None:
         (("simulate", "--policy", "sia", "--alpha", "0.1"), "--alpha applies only to the policies"),
         (("simulate", "--policy", "pollux", "--population", "1"), "population=1"),
         (("compare", "--policies", "oak,sia", "--generations", "5"), "--generations applies only"),
+        (("compare", "--failure-rates", "0.1,0.10"), "--failure-rates: duplicate value in '0.1,0.10'"),
+        # a mistyped seed count used to fill memory with run specs before anything ran
+        (("compare", "--seeds", "1000000000"), "6,000,000,000 runs; at most 100,000 in one sweep"),
+        (("reproduce", "fig3-baselines", "--seeds", "1000000000"), "at most 100,000 in one sweep"),
+        (("bench", "sweep", "--seeds", "1000000000"), "at most 100,000 in one sweep"),
     ],
 )
 def test_bad_input_exits_2_without_traceback(args: tuple[str, ...], message: str) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from oak.cli.common import ClusterOpt, JsonOpt, bench_app, console, fail
+from oak.cli.common import ClusterOpt, JsonOpt, bench_app, check_sweep_size, console, fail
 from oak.policies.base import PolicyBase
 
 
@@ -599,6 +599,7 @@ def bench_sweep(
     for opt, v in (("--seeds", seeds), ("--workers", workers), ("--repeat", repeat)):
         if v < 1:
             fail(f"{opt} {v}: expected a positive integer")
+    check_sweep_size(len(names) * len(lams) * seeds, f"--seeds {seeds}")
     params = _policy_params(names, "auto")
     specs = [
         RunSpec(pol, workload, lam, seed, cluster, policy_params=params[pol])

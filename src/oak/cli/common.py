@@ -69,6 +69,18 @@ def fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
+#: the most runs one sweep takes (``oak compare``, ``oak reproduce``, ``oak bench sweep``): a mistyped --seeds
+#: would otherwise fill memory with run specs before the first run starts (100,000 runs of the 4-job workload
+#: take ~3 h on 2 cores)
+MAX_SWEEP_RUNS = 100_000
+
+
+def check_sweep_size(runs: int, option: str) -> None:
+    """Exit 2 where a sweep would take more than :data:`MAX_SWEEP_RUNS` runs (``option``: what set its size)."""
+    if runs > MAX_SWEEP_RUNS:
+        fail(f"{option}: {runs:,} runs; at most {MAX_SWEEP_RUNS:,} in one sweep")
+
+
 RulesOpt = Annotated[
     str,
     typer.Option(

@@ -20,6 +20,7 @@ from oak.cli.common import (
     SolverOpt,
     app,
     catalog_app,
+    check_sweep_size,
     console,
     err_console,
     fail,
@@ -39,6 +40,8 @@ def _floats(text: str, what: str) -> list[float]:
             out.append(float(part))
         except ValueError:
             fail(f"{what}: {part!r} is not a number (expected a comma-separated list such as 0,0.1)")
+    if len(set(out)) != len(out):  # each would be run twice, with the same seeds: the same runs
+        fail(f"{what}: duplicate value in {text!r}")
     return out
 
 
@@ -225,6 +228,7 @@ def compare(
     lams = _floats(failure_rates, "--failure-rates")
     if seeds < 1:
         fail(f"--seeds {seeds}: expected a positive integer")
+    check_sweep_size(len(names) * len(lams) * seeds, f"--seeds {seeds}")
     if workers is not None and workers < 1:
         fail(f"--workers {workers}: expected a positive integer")
     params = _policy_params(

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from oak.cli.common import app, console, fail, output_dir, progress_bar
+from oak.cli.common import app, check_sweep_size, console, fail, output_dir, progress_bar
 
 
 @app.command()
@@ -89,6 +89,8 @@ def reproduce(
         fail("--seeds and --paper-seeds: give one or the other")
     if seeds is not None and seeds < 1:
         fail(f"--seeds {seeds}: expected a positive integer")
+    if seeds is not None:
+        check_sweep_size(seeds, f"--seeds {seeds}")  # a cell's runs, before every cell's are listed
     if workers is not None and workers < 1:
         fail(f"--workers {workers}: expected a positive integer")
     names = list(PAPER_EXPERIMENTS) if experiment == "all" else [x.strip() for x in experiment.split(",") if x.strip()]
@@ -140,6 +142,7 @@ def reproduce(
         goodput=goodput,
     )
     specs = [s for n in names for cell in EXPERIMENTS[n].cells(plan) for s in cell.specs]
+    check_sweep_size(len(specs), f"--seeds {seeds}" if seeds is not None else experiment)
     store = ResultsStore(out)
     todo = store.missing(specs)
     total = len(set(specs))
@@ -174,6 +177,8 @@ def _table4(out: Path, scale: str, cpu_slots: int | None, gpus: str | None, seed
         fail("give at most one of --cpu-slots and --gpus")
     if seeds is not None and seeds < 1:
         fail(f"--seeds {seeds}: expected a positive integer")
+    if seeds is not None:
+        check_sweep_size(seeds, f"--seeds {seeds}")  # a cell's runs, before every cell's are listed
     if gpus is not None:
         devices, kind = _gpu_count(gpus, auto_max=4), "gpu"  # auto: the paper's 4 GPUs, not all of an 8-GPU box
     else:

@@ -113,6 +113,7 @@ def test_gpu_bounds_are_clipped_to_cluster_and_app() -> None:
     [
         ({"jobs": 0}, "--jobs"),
         ({"jobs": -3}, "--jobs"),
+        ({"jobs": 1_000_000_000}, "expected an integer from 1 to 1,000,000"),  # refused before any memory is used
         ({"scale": 0.0}, "--scale"),
         ({"scale": -2.0}, "--scale"),
         ({"scale": float("nan")}, "--scale"),

@@ -355,10 +355,15 @@ class SynthJob:
     requested_gpus: int
 
 
+#: the most jobs one synthesised workload holds: 200× the Sia artifact's largest trace (5,120 jobs); a mistyped
+#: count beyond it would fill memory before writing anything
+MAX_SYNTH_JOBS = 1_000_000
+
+
 def synthesize(model: TraceModel, jobs: int, cluster: Cluster, scale: float = 1.0, seed: int = 0) -> list[SynthJob]:
     """``jobs`` Philly-derived jobs for ``cluster`` with arrivals ``scale`` times as dense as Sia's 64-GPU rate."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise OakInputError(f"--jobs {jobs!r}: expected a positive integer")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_SYNTH_JOBS:
+        raise OakInputError(f"--jobs {jobs!r}: expected an integer from 1 to {MAX_SYNTH_JOBS:,}")
     if isinstance(scale, bool) or not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
         raise OakInputError(f"--scale {scale!r}: expected a positive number (arrival-rate multiplier K)")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

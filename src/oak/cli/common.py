@@ -101,28 +101,27 @@ CLUSTER_HELP = "Cluster preset: " + cluster_preset_help()  # generated from the 
 ClusterOpt = Annotated[str, typer.Option(help=CLUSTER_HELP)]
 
 
-def output_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
-    """Option callback of a file the command will write: a path it could not write (a directory, a file in
-    the way of a parent directory, no permission) exits 2 before any work, not with a traceback after it."""
-    from oak.io_util import output_file_problem
+def _path_check(problem_of: str) -> Callable[[typer.Context, typer.CallbackParam, Path | None], Path | None]:
+    """An option callback that exits 2 before any work where ``oak.io_util.<problem_of>`` names a problem with
+    the path (a directory given for a file, a file in the way of a parent folder, no permission), instead of a
+    traceback after the work."""
 
-    if value is not None and not ctx.resilient_parsing:
-        problem = output_file_problem(value)
-        if problem is not None:
-            fail(f"{param.opts[0]} {value}: {problem}")
-    return value
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+        from oak import io_util
+
+        if value is not None and not ctx.resilient_parsing:
+            problem = getattr(io_util, problem_of)(value)
+            if problem is not None:
+                fail(f"{param.opts[0]} {value}: {problem}")
+        return value
+
+    return check
 
 
-def output_dir(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
-    """Option callback of a folder the command will write into (created if missing): not a file, and a place
-    where files can be created; else exit 2 before any work."""
-    from oak.io_util import output_dir_problem
-
-    if value is not None and not ctx.resilient_parsing:
-        problem = output_dir_problem(value)
-        if problem is not None:
-            fail(f"{param.opts[0]} {value}: {problem}")
-    return value
+#: callback of an option naming a file the command writes (``io_util.output_file_problem``)
+output_file = _path_check("output_file_problem")
+#: callback of an option naming a folder the command writes into, created if missing (``output_dir_problem``)
+output_dir = _path_check("output_dir_problem")
 
 
 JsonOpt = Annotated[

@@ -53,6 +53,13 @@ def load_workload(name_or_path: str, known_apps: Collection[str] | None = None) 
     return read_workload_csv(text, str(path), path.stem, known_apps)
 
 
+def _near_miss(name: str, candidates: Collection[str]) -> str | None:
+    """The candidate column ``name`` is most likely a misspelling of (case aside; difflib ratio >= 0.8), or None."""
+    by_lower = {c.lower(): c for c in candidates}
+    near = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.8)
+    return by_lower[near[0]] if near else None
+
+
 def read_workload_csv(text: str, source: str, name: str, known_apps: Collection[str] | None = None) -> Workload:
     """Parse either CSV format (chosen by the header); errors name ``source``, the line and the field."""
     lines = text.splitlines()
@@ -78,12 +85,8 @@ def read_workload_csv(text: str, source: str, name: str, known_apps: Collection[
     else:
         closest = min((OAK_REQUIRED, SIA_REQUIRED), key=lambda req: sum(r not in fields for r in req))
         missing = [r for r in closest if r not in fields]
-        others = {f.lower(): f for f in fields if f not in closest}
-        hints = [
-            f"{others[near[0]]!r} for {m!r}"
-            for m in missing
-            if (near := difflib.get_close_matches(m, list(others), 1, 0.8))
-        ]
+        others = [f for f in fields if f not in closest]
+        hints = [f"{near!r} for {m!r}" for m in missing if (near := _near_miss(m, others)) is not None]
         raise OakInputError(
             f"{source}:{header_line}: header {fields} matches no workload format; expected "
             f"{','.join(OAK_REQUIRED)}[,{','.join(OAK_OPTIONAL)}] or {','.join(SIA_REQUIRED)} (missing "
@@ -92,11 +95,11 @@ def read_workload_csv(text: str, source: str, name: str, known_apps: Collection[
     if len(set(fields)) != len(fields):
         raise OakInputError(f"{source}:{header_line}: duplicate column in header {fields}")
     read = OAK_REQUIRED + OAK_OPTIONAL if fmt == "oak" else SIA_REQUIRED
+    unread = [r for r in read if r not in fields]
     for f in fields:  # other columns are ignored (notes, a trace's own fields), a misspelt one is not
-        near = difflib.get_close_matches(f.lower(), [r for r in read if r not in fields], n=1, cutoff=0.8)
-        if f not in read and near:
+        if f not in read and (near := _near_miss(f, unread)) is not None:
             raise OakInputError(
-                f"{source}:{header_line}: column {f!r} is not one OAK reads; did you mean {near[0]!r}? (other "
+                f"{source}:{header_line}: column {f!r} is not one OAK reads; did you mean {near!r}? (other "
                 f"columns are ignored; this format reads {','.join(read)})"
             )
     if len(numbered) == 1:

@@ -676,3 +676,34 @@ def test_a_job_cancelled_just_before_the_server_died_is_not_taken_for_finished(t
         server.send_signal(signal.SIGTERM)
         server.wait(120)
         log.close()
+
+
+@pytest.mark.parametrize(("given", "sent"), [([], 1), (["--max-gpus", "3"], 3), (["--max-gpus", "0"], 0)])
+def test_submit_name_sends_the_max_gpus_given_even_zero(tmp_path: Path, given: list[str], sent: int) -> None:
+    """``--max-gpus 0`` reaches the jobs-file check (refused there as any max_gpus: 0), not replaced by min."""
+    from typer.testing import CliRunner
+
+    from oak.cli.main import app
+    from oak.runtime.jobs_file import parse_jobs
+
+    seen: dict[str, Any] = {}
+
+    def fake_call(run_dir: Path, op: str, **args: Any) -> dict[str, Any]:
+        seen.update(args)
+        return {"ok": True, "submitted": ["n"]}
+
+    import oak.service.protocol as protocol
+
+    orig = protocol.call
+    protocol.call = fake_call  # type: ignore[assignment]
+    try:
+        argv = ["submit", "--run-dir", str(tmp_path), "--name", "n", *given, "--", "true"]
+        res = CliRunner().invoke(app, argv)
+    finally:
+        protocol.call = orig  # type: ignore[assignment]
+    assert res.exit_code == 0, res.output
+    if sent >= 1:
+        assert parse_jobs(seen["text"], "--name n").jobs[0].max_gpus == sent
+    else:
+        with pytest.raises(OakInputError, match=r"max_gpus.*0"):
+            parse_jobs(seen["text"], "--name n")

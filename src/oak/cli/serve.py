@@ -182,7 +182,12 @@ def submit(
         argv = ([jobs_file] if jobs_file is not None else []) + list(command or [])  # as typed: no path rewriting
         if not argv:
             fail("--name NAME needs a command after --, e.g. oak submit --run-dir D --name a -- python train.py")
-        entry: dict[str, Any] = {"name": name, "command": argv, "min_gpus": min_gpus, "max_gpus": max_gpus or min_gpus}
+        entry: dict[str, Any] = {
+            "name": name,
+            "command": argv,
+            "min_gpus": min_gpus,
+            "max_gpus": min_gpus if max_gpus is None else max_gpus,
+        }
         if target_steps is not None:
             entry["target_steps"] = target_steps
         if batch_size is not None:

@@ -276,7 +276,8 @@ def test_malformed_jobs_file_exits_2(
 
 
 BAD_PARAMETERS: list[tuple[tuple[str, ...], str]] = [
-    (("--cpu-slots", "0"), "--cpu-slots 0: expected a positive integer"),
+    (("--cpu-slots", "0"), "--cpu-slots 0: expected an integer from 1 to 4,096"),
+    (("--cpu-slots", "100000000"), "--cpu-slots 100000000: expected an integer from 1 to 4,096"),
     (("--cpu-slots", "1", "--gpus", "1"), "give exactly one of --gpus"),
     (("--failure-rate", "1.5"), "--failure-rate 1.5: expected a probability in [0, 1]"),
     (("--failure-rate", "nan"), "--failure-rate nan"),

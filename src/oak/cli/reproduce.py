@@ -168,7 +168,7 @@ def reproduce(
 
 def _table4(out: Path, scale: str, cpu_slots: int | None, gpus: str | None, seeds: int | None) -> None:
     """``oak reproduce table4``: the four-job experiment on real workers (see oak.reproduce.table4)."""
-    from oak.cli.run import _gpu_count
+    from oak.cli.run import MAX_CPU_SLOTS, _gpu_count
     from oak.reproduce.table4 import POLICIES, RATES, SCALES, run_table4, write_table4_report
 
     if scale not in SCALES:
@@ -183,8 +183,10 @@ def _table4(out: Path, scale: str, cpu_slots: int | None, gpus: str | None, seed
         devices, kind = _gpu_count(gpus, auto_max=4), "gpu"  # auto: the paper's 4 GPUs, not all of an 8-GPU box
     else:
         devices, kind = (cpu_slots if cpu_slots is not None else 4), "cpu"
-        if devices < 1:
-            fail(f"--cpu-slots {devices}: expected a positive integer")
+        if not 1 <= devices <= MAX_CPU_SLOTS:
+            fail(
+                f"--cpu-slots {devices}: expected an integer from 1 to {MAX_CPU_SLOTS:,} (one worker process per slot)"
+            )
     n_seeds = seeds if seeds is not None else 1
     total = len(POLICIES) * len(RATES) * n_seeds
     console.print(

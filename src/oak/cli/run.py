@@ -156,13 +156,18 @@ def run_jobs(
         raise typer.Exit(code=1)
 
 
+MAX_CPU_SLOTS = 4096
+"""Most ``--cpu-slots``: the largest cluster the simulator's presets model (4,096 GPUs); a slot is a worker
+process, and a count far beyond any machine's only costs the scheduler memory and time before refusing every job."""
+
+
 def check_runtime_options(
     cpu_slots: int | None, failure_rate: float, seed: int, max_retries: int, **seconds: float
 ) -> None:
     """The checks of the options ``oak run`` and ``oak serve`` share, each failing with its flag (exit 2);
     ``seconds``: positive durations by option name (``round_seconds`` → ``--round-seconds``)."""
-    if cpu_slots is not None and cpu_slots < 1:
-        fail(f"--cpu-slots {cpu_slots}: expected a positive integer")
+    if cpu_slots is not None and not 1 <= cpu_slots <= MAX_CPU_SLOTS:
+        fail(f"--cpu-slots {cpu_slots}: expected an integer from 1 to {MAX_CPU_SLOTS:,} (one worker process per slot)")
     if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):
         fail(f"--failure-rate {failure_rate!r}: expected a probability in [0, 1]")
     for name, v in seconds.items():

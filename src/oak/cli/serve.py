@@ -98,8 +98,11 @@ def serve(
     if addr is None and (tls_cert is not None or insecure_http or token_file is not None):
         fail("--tls-cert, --tls-key, --insecure-http and --token-file apply to --listen HOST:PORT")
     tls = (tls_cert, tls_key) if tls_cert is not None and tls_key is not None else None
-    if run_dir.exists() and not run_dir.is_dir():
-        fail(f"--run-dir {run_dir}: exists and is not a directory")
+    from oak.io_util import output_dir_problem
+
+    problem = output_dir_problem(run_dir)  # the scheduler writes its state there: refused before any start
+    if problem is not None:
+        fail(f"--run-dir {run_dir}: {problem}")
     pol = make_policy(policy, seed=seed)
     catalog = Catalog.load()
     executor, devices, kind, nodes = make_executor(backend, gpus, cpu_slots, address, Path(run_dir), cluster_from)
@@ -123,6 +126,7 @@ def serve(
     fresh = not (Path(run_dir) / "state.sqlite").exists()
     service = Service(pol, run_dir, opts, executor=executor, catalog=catalog, log=log)
     try:
+        service.scheduler.check_same_run()  # another run there: refused before it listens or says it serves
         listeners = Listeners(Path(run_dir), service.request, addr, tls, insecure_http, token_file)
     except Exception:
         service.scheduler.store.close()
@@ -263,7 +267,7 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
     import sqlite3
 
     try:
-        store = RunStore(db)
+        store = RunStore.for_reading(db)
         try:
             specs = {d["name"]: job_from_dict(d) for d in store.submissions()}
             recs = store.jobs()
@@ -491,7 +495,7 @@ def explain(
     row = _only(state, name)["jobs"][0]  # an unknown job is an input error naming the run's jobs
     db = run_dir / "state.sqlite"
     try:
-        store = RunStore(db)
+        store = RunStore.for_reading(db)
         try:
             seen = store.explain(name, rounds)
         finally:

@@ -38,7 +38,7 @@ def export_trace(run_dir: str | Path) -> dict[str, Any]:
     db = run / "state.sqlite"
     if not db.is_file():
         raise OakInputError(f"{run}: no run here (no state.sqlite); expected an oak run or oak serve run directory")
-    store = RunStore(db)
+    store = RunStore.for_reading(db)
     try:
         meta = store.meta()
         if not meta:

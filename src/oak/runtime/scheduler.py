@@ -482,10 +482,8 @@ class RuntimeScheduler:
         """Fresh records, or the committed ones of an interrupted run in the same directory."""
         meta = self.store.meta()
         self._check_state_intact(meta)
-        fp = self._fingerprint()
+        self.check_same_run(meta)
         if meta:
-            if meta.get("fingerprint") != fp:
-                raise OakInputError(self._other_run(str(meta.get("fingerprint", ""))))
             saved = self.store.jobs()
             self._start_wall = float(meta["start_wall"])
             if self.serving:  # the jobs submitted so far, in the order they were
@@ -505,7 +503,13 @@ class RuntimeScheduler:
         records = [JobRecord(n) for n in self.names]
         start = self.clock.time()
         self.store.save(
-            records, {"fingerprint": fp, "start_wall": start, "policy": self.policy.name, "run": self.describe()}
+            records,
+            {
+                "fingerprint": self._fingerprint(),
+                "start_wall": start,
+                "policy": self.policy.name,
+                "run": self.describe(),
+            },
         )
         self._mark_run(start)
         return records, start
@@ -529,12 +533,25 @@ class RuntimeScheduler:
             d["jobs"] = [job_to_dict(j) for j in self.jobs]
         return d
 
+    def check_same_run(self, meta: dict[str, Any] | None = None) -> None:
+        """OakInputError if the run directory holds another run than this one (other jobs, settings, or a
+        service's run where this is an ``oak run``, or the reverse); ``oak serve`` asks before it listens."""
+        meta = self.store.meta() if meta is None else meta
+        if meta and meta.get("fingerprint") != self._fingerprint():
+            raise OakInputError(self._other_run(str(meta.get("fingerprint", ""))))
+
     def _other_run(self, was: str) -> str:
-        """Why a run directory's run is not this one."""
+        """Why a run directory's run is not this one (``was``: its fingerprint; a service's is JSON, an
+        ``oak run``'s a hash)."""
+        was_service = was.startswith("{")
+        if not self.serving and was_service:
+            return f"{self.run_dir}: holds the run of an oak serve service, not of a jobs file; use a new --run-dir"
         if not self.serving:
             return f"{self.run_dir}: holds a run of other jobs, policy, seed or devices; use a new --run-dir"
+        if not was_service:
+            return f"{self.run_dir}: holds an oak run of a jobs file, not a service's run; use a new --run-dir"
         return (
-            f"{self.run_dir}: its service was started with other settings ({was or 'an oak run of a jobs file'}); "
+            f"{self.run_dir}: its service was started with other settings ({was}); "
             f"restart it with the same --policy, --seed and devices, or use a new --run-dir"
         )
 

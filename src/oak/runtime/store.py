@@ -9,9 +9,11 @@ workers still run (not restarted) and resumes every other job from its newest va
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import sqlite3
+import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,12 +190,58 @@ class UnreadableRunState(OakInputError):
 class RunStore:
     """The run directory's ``state.sqlite``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        #: opened for reading only (:meth:`for_reading` on a read-only run directory): every write raises
+        self.read_only = read_only
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
         #: times the write-ahead log was found deleted under a running scheduler and its content saved
         self.wal_recovered = 0
-        self._connect()
+        if read_only:
+            self._connect_read_only()
+        else:
+            self._connect()
+
+    @classmethod
+    def for_reading(cls, path: Path) -> RunStore:
+        """The store of a command that only reads (``oak status``, ``explain``, ``logs``, ``export-trace``,
+        ``replay``): opened as a scheduler opens it where it can, and read-only where the run directory cannot
+        be written (an archived run on read-only media, another user's run): such a command must not need to
+        write in order to read."""
+        try:
+            return cls(path)
+        except PermissionError:
+            pass
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+        except sqlite3.OperationalError as exc:
+            if not any(w in str(exc).lower() for w in ("readonly", "read-only", "unable to open")):
+                raise
+        return cls(path, read_only=True)
+
+    def _connect_read_only(self) -> None:
+        """Open the database without writing anything: SQLite's read-only mode, and where even that needs a
+        file it cannot create (the write-ahead log's index in a read-only folder), as an immutable file —
+        nothing can change it there."""
+        uri = "file:" + urllib.parse.quote(str(self.path.absolute()))
+        for flags in ("?mode=ro", "?mode=ro&immutable=1"):
+            db = sqlite3.connect(uri + flags, uri=True, timeout=30.0, check_same_thread=False)
+            try:
+                db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.OperationalError:
+                db.close()
+                if "immutable" in flags:
+                    raise
+                continue
+            except sqlite3.DatabaseError as exc:
+                db.close()
+                raise UnreadableRunState(
+                    f"{self.path}: unreadable ({type(exc).__name__}: {exc}); not the state of an oak run or oak serve"
+                ) from exc
+            self._db = db
+            return
 
     def _connect(self) -> None:
         # The database, its WAL and its shared-memory file hold every job's command and environment (secrets

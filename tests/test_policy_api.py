@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,3 +196,36 @@ def test_import_oak_is_light() -> None:
         timeout=60,
     )
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_compare_keeps_a_plugin_named_like_a_builtin_apart(tmp_path: Path) -> None:
+    """A plugin whose ``name`` is ``oak`` beside ``oak`` gets its own row (labelled as given), not a merged
+    mean over both; the CI is Student's t over the seeds, and none with one seed."""
+    from typer.testing import CliRunner
+
+    from oak.cli.main import app
+
+    (tmp_path / "clash.py").write_text(
+        "import numpy as np\n"
+        "from oak.model.snapshot import Allocation\n"
+        "from oak.policies.base import PolicyBase\n\n"
+        "class Idle(PolicyBase):\n"
+        "    name = 'oak'\n"
+        "    def decide(self, snap):\n"
+        "        return Allocation(config=np.full(snap.num_jobs, -1))\n"
+    )
+    out = tmp_path / "c.json"
+    args = ["compare", "--workload", "small", "--policies", f"oak,{tmp_path / 'clash.py'}:Idle"]
+    args += ["--failure-rates", "0.1", "--seeds", "2", "--workers", "1", "--horizon", "20000", "--json", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    rows = {r["policy"]: r for r in json.loads(out.read_text())["summary"]}
+    assert set(rows) == {"oak", f"oak ({tmp_path / 'clash.py'}:Idle)"}, rows
+    assert all(r["seeds"] == 2 for r in rows.values())
+    assert rows["oak"]["mean_jct_s"] < rows[f"oak ({tmp_path / 'clash.py'}:Idle)"]["mean_jct_s"]
+    runs = json.loads(out.read_text())["runs"]
+    means = np.array([r["mean_jct_s"] for r in runs if r["policy"] == "oak"])
+    from scipy import stats
+
+    expected = stats.t.ppf(0.975, 1) * means.std(ddof=1) / np.sqrt(2)
+    assert rows["oak"]["mean_jct_ci95_s"] == pytest.approx(expected, rel=1e-12)

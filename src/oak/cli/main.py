@@ -170,6 +170,23 @@ def simulate(
         console.print(f"wrote {json_path}")
 
 
+def _distinct_labels(specs: list[Any], results: list[Any]) -> list[Any]:
+    """The results with each policy labelled so that no two policies given share a row: a policy whose own
+    name is another's (a plugin named ``oak`` beside ``oak``) is labelled ``NAME (AS GIVEN)``, as
+    ``oak reproduce --add-policies`` does; the others keep their own names."""
+    import dataclasses
+
+    given: dict[str, set[str]] = {}
+    for spec, res in zip(specs, results, strict=True):
+        given.setdefault(res.policy, set()).add(spec.policy)
+    return [
+        dataclasses.replace(res, policy=f"{res.policy} ({spec.policy})")
+        if len(given[res.policy]) > 1 and spec.policy != res.policy
+        else res
+        for spec, res in zip(specs, results, strict=True)
+    ]
+
+
 def _check_spec(spec: Any) -> None:
     """Fail early, with a clear message, on a bad policy, workload or parameter."""
     from oak.model.cluster import cluster_preset
@@ -245,6 +262,7 @@ def compare(
     with progress_bar() as bar:
         task = bar.add_task(f"simulating {len(specs)} runs", total=len(specs))
         results = run_many(specs, workers=workers, progress=lambda _r: bar.advance(task))
+    results = _distinct_labels(specs, results)
     rows = summarise(results)
     hardware = any(r.failure_model for r in results)
     table = Table(title=f"{results[0].workload}: mean over {seeds} paired seeds")
@@ -271,7 +289,7 @@ def compare(
             r["policy"],
             f"{r['failure_rate']:g}",
             f"{r['mean_jct_s']:,.0f}",
-            f"{r['mean_jct_ci95_s']:,.0f}",
+            "—" if r["mean_jct_ci95_s"] is None else f"{r['mean_jct_ci95_s']:,.0f}",
             f"{r['max_jct_s']:,.0f}",
             f"{r['p99_jct_s']:,.0f}",
             f"{r['restarts_per_job']:.2f}",

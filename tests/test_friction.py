@@ -197,3 +197,34 @@ def test_a_job_that_finished_while_no_scheduler_ran_shows_its_last_step(tmp_path
     sched._reap_orphans([r])
     assert r.done and r.step == 10 and r.state == "done" and r.devices == []
     assert r.phase == "done" and r.history[-1][1:] == ["done", "finished while no scheduler ran"]
+
+
+@pytest.mark.parametrize("kind", ["model", "command"])
+def test_a_job_that_finished_while_no_scheduler_ran_ends_when_its_incarnation_ended(tmp_path: Path, kind: str) -> None:
+    """Its finish time was its launch time (JCT 0 in the trace) and the time it ran after the last committed
+    tick was lost; now it ends when its marker (``done`` / the ranks' exit files) was written, within
+    [launch, now], and that time counts as progress."""
+    from oak.runtime.clock import FakeClock
+    from oak.runtime.procs import exit_file
+    from oak.runtime.store import JobRecord
+
+    start_wall = 1_000_000.0
+    run_dir = tmp_path / "run"
+    job_dir = run_dir / "jobs" / "a"
+    job_dir.mkdir(parents=True)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    spec = "{name: a, model: tiny, target_steps: 10}" if kind == "model" else "{name: a, command: [x]}"
+    marker = job_dir / "done" if kind == "model" else exit_file(job_dir, 0)
+    marker.write_text(json.dumps({"pid": gone.pid, "code": 0}))
+    os.utime(marker, (start_wall + 30.0, start_wall + 30.0))
+    (job_dir / "status.json").write_text(json.dumps({"step": 10, "done": True}))
+    jobs = parse_jobs(_job(spec), "j.yaml")
+    opts = RuntimeOptions(devices=2, stop_timeout_s=1.0)
+    sched = RuntimeScheduler(jobs, make_policy("oak"), run_dir, opts, clock=FakeClock(start_wall + 100.0))
+    sched._start_wall, sched._last_tick_s = start_wall, 20.0
+    r = JobRecord("a", pids=[gone.pid], launched_at_s=5.0, devices=[0, 1], phase="running", ready=True)
+    r.t_progress_s, r.gpu_s = 15.0, 30.0
+    sched._reap_orphans([r])
+    assert r.phase == "done" and r.finish_s == pytest.approx(30.0)
+    assert r.t_progress_s == pytest.approx(25.0) and r.gpu_s == pytest.approx(50.0)

@@ -64,7 +64,7 @@ from oak.runtime.launch import log_tail, read_status
 from oak.runtime.learned import LearnedGoodput
 from oak.runtime.lifecycle import JobPhase, enter, phase_of
 from oak.runtime.nodes import NodeListing, NodeLost, RuntimeNode, check_nodes, hosts_of, nodes_cluster
-from oak.runtime.procs import gone, is_rank_of, ranks_under, read_exit_status, wait_gone
+from oak.runtime.procs import exit_file, gone, is_rank_of, ranks_under, read_exit_status, wait_gone
 from oak.runtime.store import JobRecord, RunStore
 from oak.workloads import Workload
 from oak.workloads.loader import MAX_TIME_S
@@ -229,6 +229,7 @@ class RuntimeScheduler:
         self._restop: list[int] = []
         self._due = True  # a round is due at the next step_next
         self._start_wall = 0.0
+        self._last_tick_s: float | None = None  # the run clock of the last committed tick (a resumed run's)
         self.failure_notes: dict[str, str] = {}
         """Job → the last failure's description and its ranks' log tails (for ``oak run``'s report)."""
         self.node_down = np.zeros(len(opts.nodes), dtype=bool)
@@ -486,6 +487,8 @@ class RuntimeScheduler:
         if meta:
             saved = self.store.jobs()
             self._start_wall = float(meta["start_wall"])
+            tick = meta.get("last_tick_s")
+            self._last_tick_s = float(tick) if isinstance(tick, (int, float)) else None
             if self.serving:  # the jobs submitted so far, in the order they were
                 submitted = [job_from_dict(d) for d in self.store.submissions()]
                 self._build(submitted, [saved.get(j.name, JobRecord(j.name)) for j in submitted])
@@ -616,7 +619,8 @@ class RuntimeScheduler:
                 done = finished.get(r.name, False) if job.is_command else (job_dir / "done").is_file()
                 finished_now = done and not r.over
                 if finished_now:  # finished while no scheduler ran: its last status has its final step
-                    r.finish_s = r.finish_s if r.finish_s is not None else r.launched_at_s
+                    if r.finish_s is None:
+                        self._account_unseen_end(job, r)
                     status = read_status(job_dir) or {}
                     with contextlib.suppress(TypeError, ValueError):
                         r.step = max(r.step, int(status.get("step", 0)))
@@ -628,6 +632,28 @@ class RuntimeScheduler:
                     enter(r, JobPhase.DONE, t, "finished while no scheduler ran")
                 else:
                     self._settle(r, t, "stopped by a restarted scheduler")
+
+    def _account_unseen_end(self, job: RuntimeJob, r: JobRecord) -> None:
+        """A job that finished while no scheduler ran: its finish time is when its incarnation ended (the
+        newest of its ranks' exit files, or the packaged worker's ``done`` marker), within [launch, now] on
+        the run clock; the time from the last committed tick to then is accounted as the ticks would have
+        (progress if it was past its restore, else restore time)."""
+        now = self.clock.time() - self._start_wall
+        launched = r.launched_at_s if r.launched_at_s is not None else 0.0
+        job_dir = self.job_dir(job)
+        marks = [exit_file(job_dir, rank) for rank in range(len(r.pids))] if job.is_command else [job_dir / "done"]
+        ended = [m.stat().st_mtime - self._start_wall for m in marks if m.is_file()]
+        r.finish_s = min(max(max(ended), launched), now) if ended else launched
+        last = self._last_tick_s
+        gap = r.finish_s - max(launched, last) if last is not None else 0.0
+        if gap > 0:
+            r.gpu_s += len(r.devices) * gap
+            if r.ready:
+                r.t_progress_s += gap
+            else:
+                r.t_ckpt_s += gap
+                r.t_queue_s += gap
+                r.gpu_s_lost += len(r.devices) * gap
 
     @staticmethod
     def _in_kept(pid: int, kept: set[int]) -> bool:

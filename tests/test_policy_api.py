@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -229,3 +230,45 @@ def test_compare_keeps_a_plugin_named_like_a_builtin_apart(tmp_path: Path) -> No
 
     expected = stats.t.ppf(0.975, 1) * means.std(ddof=1) / np.sqrt(2)
     assert rows["oak"]["mean_jct_ci95_s"] == pytest.approx(expected, rel=1e-12)
+
+
+BAD_ALLOCATIONS = [
+    ("np.full(snap.num_jobs, np.nan)", None, "returned configurations that are not whole numbers (e.g. nan)"),
+    ("np.full(snap.num_jobs, 0.5)", None, "returned configurations that are not whole numbers (e.g. 0.5)"),
+    ("np.array(['a'] * snap.num_jobs)", None, "returned configurations of type <U1; expected integers"),
+    ("np.full(snap.num_jobs, -1)", "np.full((snap.num_jobs, 3), 99)", "GPUs on node 0, which has 4 available"),
+    ("np.full(snap.num_jobs, -1)", "np.full((snap.num_jobs, 3), -1)", "GPUs on node 0; expected a count >= 0"),
+    ("np.full(snap.num_jobs, -1)", "np.zeros((snap.num_jobs, 2))", "expected (1, 3) (one row per job, one column"),
+    (
+        "np.full(snap.num_jobs, -1)",
+        "np.full((snap.num_jobs, 3), 4)",
+        "an invalid placement (12 GPUs on nodes [0, 1, 2])",
+    ),
+]
+
+
+@pytest.mark.parametrize(("config", "replicas", "message"), BAD_ALLOCATIONS, ids=[m for _, _, m in BAD_ALLOCATIONS])
+def test_an_allocation_the_world_cannot_run_is_a_policy_error(
+    tmp_path: Path, config: str, replicas: str | None, message: str
+) -> None:
+    """Replicas out of bounds, of the wrong shape or over a node, and configurations that are not integers,
+    are one PolicyError naming the policy and the round (exit 2 in the CLI), not a RuntimeError traceback or
+    a silent cast of NaN."""
+    from oak.errors import PolicyError
+    from oak.model.cluster import cluster_preset
+    from oak.model.snapshot import Allocation
+    from oak.policies.base import PolicyBase
+    from oak.sim import Simulator
+    from oak.workloads import load_workload
+
+    class Bad(PolicyBase):
+        name = "bad"
+
+        def decide(self, snap: Any) -> Allocation:
+            rep = None if replicas is None else eval(replicas)
+            return Allocation(config=eval(config), replicas=rep)
+
+    wl = load_workload("small")
+    with pytest.raises(PolicyError) as caught:
+        Simulator(wl, cluster_preset("paper-12")).run(Bad(), 0.0, 0)
+    assert "policy 'bad' at t=0 s" in str(caught.value) and message in str(caught.value), str(caught.value)

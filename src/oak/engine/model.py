@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
+from typing import Any
 
 import numpy as np
 
@@ -348,7 +349,7 @@ class ClusterModel:
         st: JobsState,
         avoid_failing: bool = False,
     ) -> tuple[np.ndarray, list[GpuSet]]:
-        choice = np.asarray(alloc.config, dtype=np.int64)
+        choice = _integers(alloc.config, name, t, "configurations")
         if choice.shape != (len(active),):
             raise PolicyError(f"policy {name!r} returned {choice.shape} choices for {len(active)} jobs")
         if snap.kept is not None:
@@ -409,11 +410,26 @@ class ClusterModel:
     def _apply_replicas(
         self, snap: RoundSnapshot, alloc: Allocation, name: str, t: float, active: np.ndarray, st: JobsState
     ) -> tuple[np.ndarray, list[GpuSet]]:
-        rep = np.asarray(alloc.replicas, dtype=np.int64)
-        if rep.shape != (len(active), len(self.cluster.nodes)) or np.any(rep < 0):
-            raise RuntimeError(f"policy {name!r} returned replicas of shape {rep.shape} (or negative) at t={t}")
-        if np.any(rep.sum(axis=0) > snap.node_gpus):
-            raise RuntimeError(f"policy {name!r} exceeded a node's GPUs at t={t}")
+        rep = _integers(alloc.replicas, name, t, "replicas")
+        want = (len(active), len(self.cluster.nodes))
+        if rep.shape != want:
+            raise PolicyError(
+                f"policy {name!r} at t={t:g} s returned replicas of shape {rep.shape}; expected {want} "
+                "(one row per job, one column per node)"
+            )
+        if np.any(rep < 0):
+            pos, node = (int(v[0]) for v in np.nonzero(rep < 0))
+            raise PolicyError(
+                f"policy {name!r} at t={t:g} s gave job {snap.job_names[pos]!r} {int(rep[pos, node])} GPUs on node "
+                f"{node}; expected a count >= 0"
+            )
+        over = np.flatnonzero(rep.sum(axis=0) > snap.node_gpus)
+        if len(over):
+            node = int(over[0])
+            raise PolicyError(
+                f"policy {name!r} at t={t:g} s placed {int(rep[:, node].sum())} GPUs on node {node}, which has "
+                f"{int(snap.node_gpus[node])} available"
+            )
         shapes = np.full(len(active), -1, dtype=np.int64)
         for pos in range(len(active)):
             used = np.flatnonzero(rep[pos])
@@ -425,7 +441,26 @@ class ClusterModel:
             i = active[pos]
             feasible = shape >= 0 and self.table.choices(self.apps[i].name, int(st.epoch[i])).goodput[shape] > 0
             if len(types) > 1 or not feasible or not snap.min_gpus[pos] <= key[2] <= snap.max_gpus[pos]:
-                raise RuntimeError(f"policy {name!r} gave job {snap.job_names[pos]!r} an invalid placement at t={t}")
+                raise PolicyError(
+                    f"policy {name!r} at t={t:g} s gave job {snap.job_names[pos]!r} an invalid placement "
+                    f"({int(rep[pos].sum())} GPUs on nodes {used.tolist()}): GPUs of one type, a shape it can run "
+                    f"on, between its {int(snap.min_gpus[pos])} and {int(snap.max_gpus[pos])} GPUs, were expected"
+                )
             shapes[pos] = shape
         placed = place_replicas(self.cluster, rep.tolist(), [st.gpus[i] for i in active])
         return shapes, placed
+
+
+def _integers(values: Any, name: str, t: float, what: str) -> np.ndarray:
+    """A policy's integer array (configurations, replicas) as int64; a PolicyError for values that are not
+    whole numbers (NaN, 1.5), which a plain cast would turn into some integer silently."""
+    arr = np.asarray(values)
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            raise PolicyError(
+                f"policy {name!r} at t={t:g} s returned {what} that are not whole numbers (e.g. {float(arr[bad].flat[0])!r})"
+            )
+    elif arr.dtype.kind not in "iu":
+        raise PolicyError(f"policy {name!r} at t={t:g} s returned {what} of type {arr.dtype}; expected integers")
+    return arr.astype(np.int64, copy=False)

@@ -293,3 +293,13 @@ def test_bench_reference_reports_its_time_limit() -> None:
     assert timed_out and ms >= 0.0
     if choice is not None:
         check_feasible(problem, choice)
+
+
+@pytest.mark.parametrize("limit", ["nan", "inf", "0", "-1"])
+def test_bench_decision_refuses_a_reference_time_limit_that_is_no_limit(limit: str) -> None:
+    from oak.cli.main import app
+
+    args = ["bench", "decision", "--gpus", "12", "--types", "1", "--jobs", "4", "--seeds", "1"]
+    res = CliRunner().invoke(app, [*args, "--reference-timeout", limit])
+    assert res.exit_code == 2, res.output
+    assert "--reference-timeout" in res.output and "expected seconds in (0, 86400]" in res.output, res.output

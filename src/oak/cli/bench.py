@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -369,8 +370,10 @@ def bench_decision(
         assert gpus is not None and types is not None and jobs is not None
         if types < 1 or jobs < 1 or gpus < types:
             fail("--gpus/--types/--jobs: expected positive integers with at least one GPU per type")
-        if seeds < 1 or reference_timeout <= 0 or (gpus_per_node is not None and gpus_per_node < 1):
-            fail("--seeds, --reference-timeout and --gpus-per-node: expected positive values")
+        if seeds < 1 or (gpus_per_node is not None and gpus_per_node < 1):
+            fail("--seeds and --gpus-per-node: expected positive integers")
+        if not (math.isfinite(reference_timeout) and 0 < reference_timeout <= 86_400):
+            fail(f"--reference-timeout {reference_timeout!r}: expected seconds in (0, 86400]")
         out = _bench_scale(gpus, types, jobs, seeds, gpus_per_node, reference, reference_timeout, repeat)
         _print_scale(out)
         if json_path is not None:

@@ -121,11 +121,21 @@ def test_replay_draws_injected_failures_again_from_the_runs_seed_and_keeps_the_r
     assert g["jobs_compared"] == 2 and math.isfinite(g["mean_jct_ratio"])
 
 
-def test_a_job_without_a_measured_step_time_cannot_be_replayed() -> None:
-    job = _job("a", 100, {1: 0.25}, 4.0)
-    job["steplog"] = {}
-    with pytest.raises(OakInputError, match="job 'a': no measured step time"):
-        replay(_trace([job], []), ["oak"])
+def test_a_job_without_a_measured_step_time_is_left_out_of_the_replay() -> None:
+    """A job that never ran a timed step (a command that never reports, one that never started) has no model
+    of its goodput: the replay simulates the others — the same as a run without it — and says which it left
+    out, with the failures logged for it; a run with no timed job at all cannot be replayed."""
+    silent = _job("s", 100, {1: 0.25}, 4.0)
+    silent["steplog"] = {}
+    with pytest.raises(OakInputError, match="no job of the run ran a timed step"):
+        replay(_trace([silent], []), ["oak"])
+    a = _job("a", 200, {1: 0.25}, 4.0)
+    crash = [{"time_s": 20.0, "kind": "crash", "job": "s"}]
+    twin, (r,) = replay(_trace([a, silent], crash), ["oak"])
+    assert twin.left_out == ("s",)
+    assert [j.name for j in twin.workload.jobs] == ["a"] and [j.name for j in twin.measured.jobs] == ["a"]
+    _, (alone,) = replay(_trace([_job("a", 200, {1: 0.25}, 4.0)], []), ["oak"])
+    assert r.jobs == alone.jobs
 
 
 def test_a_run_records_its_failures_and_step_times_and_exports_them(tmp_path: Path) -> None:

@@ -91,6 +91,8 @@ class Twin:
     counted_s: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     """Job → the restore time the run's scheduler counted at its (first start, a restart) (``Simulator``'s
     ``counted_s``)."""
+    left_out: tuple[str, ...] = ()
+    """The run's jobs that never ran a timed step: no model of their goodput, so not replayed (nor measured)."""
 
     def simulator(self) -> Simulator:
         return Simulator(
@@ -242,9 +244,34 @@ def _run_latencies(jobs: list[dict[str, Any]]) -> RunLatencies:
     return out
 
 
+def _samples(job: dict[str, Any]) -> tuple[Any, ...]:
+    """The step-time samples the run measured of ``job`` (trace row)."""
+    return tuple(StepTimeLog.from_dict(job["steplog"]).samples()) if job.get("steplog") else ()
+
+
+def _modelled(trace: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The trace without its jobs that never ran a timed step (a command that never reported, one that could
+    not start, one still queued) and without the failures logged for them: the replay has no model of their
+    goodput, so it simulates the others, measured and simulated alike. Returns it and the names left out; an
+    input error if no job is left."""
+    kept = [j for j in trace["jobs"] if _samples(j)]
+    names = {str(j["name"]) for j in kept}
+    left_out = tuple(str(j["name"]) for j in trace["jobs"] if str(j["name"]) not in names)
+    if not kept:
+        raise OakInputError(
+            "no job of the run ran a timed step (steps reported by the packaged worker or oak.job.report): "
+            "the replay has no model of any job"
+        )
+    if not left_out:
+        return trace, ()
+    failures = [f for f in trace.get("failures") or [] if "job" not in f or str(f["job"]) in names]
+    return {**trace, "jobs": kept, "failures": failures}, left_out
+
+
 def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None = None) -> Twin:
     """The twin of ``trace``; its failure log (every logged failure but the injected ones) is written to
     ``failure_log``, which the returned physics reads (``trace:FILE``)."""
+    trace, left_out = _modelled(trace)
     run = trace["run"]
     profile = str(run.get("profile_type") or "aws")
     base = base if base is not None else Catalog.load()
@@ -259,11 +286,7 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
         name = str(j["name"])
         if j.get("arrived_s") is not None and float(j["arrived_s"]) > float(j["submit_s"]):
             lag[name] = float(j["arrived_s"]) - float(j["submit_s"])
-        samples = tuple(StepTimeLog.from_dict(j["steplog"]).samples()) if j.get("steplog") else ()
-        if not samples:
-            raise OakInputError(
-                f"job {name!r}: no measured step time (it never ran a timed step): the replay has no model of it"
-            )
+        samples = _samples(j)
         params = fit_online(samples, linear_scaling_prior(samples)).params
         penalty = float(j["restart_penalty_s"])  # what the run's policy was told; the restore is measured
         application = str(j.get("application") or "")
@@ -352,6 +375,7 @@ def build_twin(trace: dict[str, Any], failure_log: Path, *, base: Catalog | None
         latencies.credit_s,
         lag,
         latencies.counted_s,
+        left_out,
     )
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from oak.cli.common import JsonOpt, app, console, fail, output_file, progress_bar
+from oak.cli.common import JsonOpt, app, console, err_console, fail, output_file, progress_bar
 
 
 def _trace_of(source: Path) -> dict[str, Any]:
@@ -99,6 +99,11 @@ def replay(
     with progress_bar() as bar:
         task = bar.add_task(f"simulating {len(names) * seeds} runs", total=len(names) * seeds)
         twin, results = replay(trace, names, seeds, progress=lambda _r: bar.advance(task), knowledge=knowledge)
+    if twin.left_out:
+        err_console.print(
+            f"left out of the replay (measured and simulated): {', '.join(map(repr, twin.left_out))} — never ran a "
+            "timed step (no oak.job.report, never started, or still queued), so nothing models their goodput"
+        )
     rows = summarise([twin.measured, *results])
     table = Table(title=f"{twin.workload.name}: measured, and simulated over {seeds} seed(s) from seed {twin.seed}")
     for col in ("policy", "λ", "mean JCT (s)", "max JCT (s)", "restarts/job", "unfinished"):
@@ -147,6 +152,7 @@ def replay(
             json_path,
             {
                 "knowledge": knowledge,
+                "left_out": list(twin.left_out),
                 "measured": twin.measured.to_json(),
                 "runs": [r.to_json() for r in results],
                 "summary": rows,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from oak.cli.common import app, check_sweep_size, console, fail, output_dir, progress_bar
+from oak.cli.common import app, check_sweep_size, console, err_console, fail, output_dir, progress_bar
 
 
 @app.command()
@@ -74,7 +75,7 @@ def reproduce(
     """Run the paper's experiments (resuming what is stored in OUT) and write the paper-vs-ours report."""
     from oak.reproduce.experiments import EXPERIMENTS, PAPER_EXPERIMENTS, SeedPlan
     from oak.reproduce.report import write_report
-    from oak.reproduce.runner import execute
+    from oak.reproduce.runner import Terminated, execute
     from oak.reproduce.store import ResultsStore
 
     if list_:
@@ -151,9 +152,25 @@ def reproduce(
         f"running {len(todo)} on the {backend} backend"
     )
     start = time.perf_counter()
-    with progress_bar() as bar:
-        task = bar.add_task("simulating", total=len(todo))
-        execute(specs, store, backend, workers, address, progress=lambda _s, _r: bar.advance(task))
+    done = 0
+
+    def advance(_s: object, _r: object) -> None:
+        nonlocal done
+        done += 1
+        bar.advance(task)
+
+    try:
+        with progress_bar() as bar:
+            task = bar.add_task("simulating", total=len(todo))
+            execute(specs, store, backend, workers, address, progress=advance)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the complete runs are stored (execute flushed them)
+        err_console.print(
+            f"interrupted: {done} of {len(todo)} runs done, stored in {out}; run the same command again to resume",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(code=128 + int(exc.signum if isinstance(exc, Terminated) else signal.SIGINT)) from None
     wall = time.perf_counter() - start
     report = write_report(out, names, plan, store, wall_s=wall)
     console.print(f"simulated {len(todo)} runs in {wall:,.0f} s; report: {report} and {report.with_suffix('.html')}")

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 
 from oak.engine.metrics import RunResult
 from oak.errors import OakInputError
@@ -18,6 +22,62 @@ BACKENDS = ("local", "ray")
 #: Policies with numba kernels: compiled once before the pool starts (see :func:`warm_compiled`).
 _COMPILED = ("pollux", "hybrid-oak")
 _WORKLOAD_COST = {"stress": 6.0, "congestion": 3.0, "ckpt-variance": 2.0, "medium": 1.5, "small": 0.3}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a sweep (what ``timeout``, SLURM and ``docker stop`` send): handled as Ctrl-C is, the
+    complete runs stored before it propagates. A KeyboardInterrupt, so that whatever handles Ctrl-C handles it."""
+
+    signum = signal.SIGTERM
+
+
+class _SigtermHandler:
+    """Raises :class:`Terminated` once, in the process that installed it (a second SIGTERM does not cut the flush
+    that follows the first)."""
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self.received = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self.owner:  # a forked process that kept the handler: SIGTERM's default, it ends
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        if not self.received:
+            self.received = True
+            raise Terminated()
+
+
+def _default_sigterm_in_child() -> None:
+    """A process forked during a sweep (the pool's workers) ends on SIGTERM at once, as before: the handler that
+    raises Terminated is the parent's alone."""
+    if isinstance(signal.getsignal(signal.SIGTERM), _SigtermHandler):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=_default_sigterm_in_child)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """For the duration of the block, SIGTERM raises :class:`Terminated` in the main thread (as Ctrl-C raises
+    KeyboardInterrupt); the previous handler is restored afterwards. Another error after a SIGTERM (a pool worker
+    that the same signal ended first) becomes Terminated too. Off the main thread, where handlers cannot be
+    installed, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = _SigtermHandler()
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except Exception as exc:
+        if handler.received:
+            raise Terminated() from exc
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def estimated_cost(spec: RunSpec) -> float:
@@ -40,7 +100,8 @@ def execute(
     progress: Callable[[RunSpec, RunResult], None] | None = None,
 ) -> int:
     """Run every spec not yet in ``store``; returns how many were run. Results are flushed to disk at least
-    every 15 s, so an interrupted sweep loses little and resumes where it stopped."""
+    every 15 s, and when the sweep ends, however it ends: an interrupted sweep (Ctrl-C: KeyboardInterrupt;
+    SIGTERM: :class:`Terminated`) keeps every complete run and resumes where it stopped."""
     if backend not in BACKENDS:
         raise OakInputError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     todo = sorted(store.missing(specs), key=estimated_cost, reverse=True)
@@ -57,15 +118,16 @@ def execute(
             store.flush()
             last = time.monotonic()
 
-    if backend == "local":
-        warm_compiled(todo)
-    try:
-        if backend == "ray":
-            _run_ray(todo, workers, address, done)
-        else:
-            _run_local(todo, workers, done)
-    finally:
-        store.flush()
+    with sigterm_as_interrupt():
+        if backend == "local":
+            warm_compiled(todo)
+        try:
+            if backend == "ray":
+                _run_ray(todo, workers, address, done)
+            else:
+                _run_local(todo, workers, done)
+        finally:
+            store.flush()
     return len(todo)
 
 

@@ -3,6 +3,8 @@ configuration (policy and its parameters, workload, cluster, physics, failure ra
 
 Re-running skips stored keys, so an interrupted sweep resumes where it stopped. Both tables are rewritten
 atomically (temporary file, fsync, rename) at every flush: a crash loses at most the runs since the last one.
+A table that cannot be read, or that is not one of these tables (columns missing), is an input error naming the
+file: it is never replaced nor merged with the store's own rows.
 """
 
 from __future__ import annotations
@@ -18,14 +20,22 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pyarrow import ArrowException
 
 from oak.engine.metrics import RunResult
+from oak.errors import OakInputError
 from oak.io_util import write_bytes_atomic
 from oak.policies import policy_spec
 from oak.sim.compare import RunSpec
 
 RUN_FILE = "runs.parquet"
 JOB_FILE = "jobs.parquet"
+#: The columns every row of each table has had since the store's first version (``ResultsStore.add``); a
+#: Parquet file without them is some other table.
+REQUIRED_COLUMNS = {
+    RUN_FILE: ("key", "code_version", "policy", "workload", "failure_rate", "seed", "mean_jct_s"),
+    JOB_FILE: ("key", "name", "jct_s", "submit_s"),
+}
 
 
 @lru_cache(maxsize=1)
@@ -76,25 +86,46 @@ def spec_key(spec: RunSpec) -> str:
 
 class ResultsStore:
     """Runs and jobs tables under ``root``; ``add`` buffers, ``flush`` writes atomically (each table, and the pair:
-    the runs table last, job rows of runs it lacks dropped on reading)."""
+    the runs table last). A run is stored when both tables hold it: on reading, job rows of runs the runs table
+    lacks are dropped (a flush cut short after the jobs, before the runs), and so are runs without job rows (a
+    jobs table lost or moved away; every run has jobs), so those runs are done again.
+
+    Raises OakInputError if a table is unreadable or is not a results table."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._runs = self._read(RUN_FILE)
-        self._jobs = self._read(JOB_FILE)
-        if "key" in self._jobs and not self._jobs.empty:  # a flush cut short after the jobs, before the runs
-            done = set(self._runs["key"]) if "key" in self._runs else set()
-            self._jobs = self._jobs[self._jobs["key"].isin(done)].reset_index(drop=True)
+        runs = self._read(RUN_FILE)
+        jobs = self._read(JOB_FILE)
+        run_keys = set(runs["key"]) if "key" in runs else set()
+        job_keys = set(jobs["key"]) if "key" in jobs else set()
+        if not jobs.empty:
+            jobs = jobs[jobs["key"].isin(run_keys)].reset_index(drop=True)
+        if not runs.empty:
+            runs = runs[runs["key"].isin(job_keys)].reset_index(drop=True)
+        self._runs, self._jobs = runs, jobs
         self._pending_runs: list[dict[str, Any]] = []
         self._pending_jobs: list[dict[str, Any]] = []
+        self._unwritten = False  # the tables in memory hold rows the files lack (a flush cut short)
         self._keys = set(self._runs["key"]) if "key" in self._runs else set()
 
     def _read(self, name: str) -> pd.DataFrame:
         path = self.root / name
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return pd.DataFrame()
-        return pd.read_parquet(path)
+        advice = "move it away to start the store again (every stored run is then done again)"
+        if not path.is_file():
+            raise OakInputError(f"results store {path}: not a file; {advice}")
+        try:
+            table = pd.read_parquet(path)
+        except (OSError, ValueError, ArrowException) as exc:
+            raise OakInputError(f"results store {path}: unreadable ({_reason(exc, path)}); {advice}") from exc
+        missing = [c for c in REQUIRED_COLUMNS[name] if c not in table.columns]
+        if missing:
+            raise OakInputError(
+                f"results store {path}: not an OAK results table (columns missing: {', '.join(missing)}); {advice}"
+            )
+        return table
 
     def has(self, key: str) -> bool:
         return key in self._keys
@@ -125,17 +156,21 @@ class ResultsStore:
             self._pending_jobs.append(job)
 
     def flush(self) -> None:
-        if not self._pending_runs:
+        """Write the runs added since the last flush, and redo a write cut short (an error, or Ctrl-C or SIGTERM
+        during a flush, which the sweep's final flush follows)."""
+        if self._pending_runs:
+            runs = pd.concat([self._runs, pd.DataFrame(self._pending_runs)], ignore_index=True)
+            jobs = pd.concat([self._jobs, pd.DataFrame(self._pending_jobs)], ignore_index=True)
+            # assigned together, no call in between: an interrupt leaves the rows pending or in the tables, not both
+            self._runs, self._jobs, self._pending_runs, self._pending_jobs, self._unwritten = runs, jobs, [], [], True
+        if not self._unwritten:
             return
-        self._runs = pd.concat([self._runs, pd.DataFrame(self._pending_runs)], ignore_index=True)
-        self._jobs = pd.concat([self._jobs, pd.DataFrame(self._pending_jobs)], ignore_index=True)
-        self._pending_runs.clear()
-        self._pending_jobs.clear()
         # jobs first: a run counts as stored once it is in the runs table, so a crash between the two writes
         # leaves job rows of runs not stored (dropped on reading, the runs done again), never a stored run
         # without its jobs
         _write_parquet(self._jobs, self.root / JOB_FILE)
         _write_parquet(self._runs, self.root / RUN_FILE)
+        self._unwritten = False
 
     def runs(self, specs: Iterable[RunSpec] | None = None) -> pd.DataFrame:
         """Stored runs (those of ``specs`` if given), with the spec's key."""
@@ -150,6 +185,15 @@ class ResultsStore:
         if self._jobs.empty:
             return self._jobs.copy()
         return self._jobs[self._jobs["key"].isin(list(keys))].copy()
+
+
+def _reason(exc: BaseException, path: Path) -> str:
+    """The first sentence of a reader's error, without the path it repeats."""
+    text = " ".join(str(exc).split())
+    for prefix in (f"Could not open Parquet input source '{path}': ", f"Could not open Parquet input source '{path}':"):
+        text = text.replace(prefix, "")
+    text = text.replace(str(path), "the file").split(". ")[0].rstrip(".")
+    return text or type(exc).__name__
 
 
 def _write_parquet(df: pd.DataFrame, path: Path) -> None:

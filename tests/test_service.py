@@ -707,3 +707,48 @@ def test_submit_name_sends_the_max_gpus_given_even_zero(tmp_path: Path, given: l
     else:
         with pytest.raises(OakInputError, match=r"max_gpus.*0"):
             parse_jobs(seen["text"], "--name n")
+
+
+def test_logs_follow_of_a_queued_job_waits_for_it_to_start(tmp_path: Path) -> None:
+    """``oak submit … && oak logs -f NAME`` failed ("no such log … it has not started") whenever the job was
+    still queued; -f now waits for its first incarnation, prints its log and ends when the job is over. (The
+    job is submitted to arrive 10 s into the run: queued until then whatever the policy does.)"""
+    from support.service import in_process_service
+
+    run_dir = tmp_path / "run"
+    err_path = tmp_path / "err.txt"
+    with in_process_service(run_dir, make_policy("oak"), 1, stop_timeout_s=20.0):
+        text = "jobs:\n" + count_job("b", 3, min_gpus=1, max_gpus=1, submit_s=10)
+        assert call(run_dir, "submit", text=text, source="j.yaml")["ok"]
+        with open(err_path, "w") as err:
+            follow = subprocess.Popen(
+                [*MAIN, "logs", "--run-dir", str(run_dir), "b", "-f"], stdout=subprocess.PIPE, stderr=err, text=True
+            )
+            try:
+                out, _ = follow.communicate(timeout=120)
+            finally:
+                if follow.poll() is None:
+                    follow.kill()
+    said = " ".join(err_path.read_text().split())
+    assert follow.returncode == 0, (out, said)
+    assert "job 'b' is queued: waiting for it to start" in said, said
+    assert "start incarnation" in out, out
+    rows = [r for r in json.loads(oak("status", "--run-dir", str(run_dir), "--json").stdout)["jobs"]]
+    assert rows[0]["state"] == "done", rows
+
+
+def test_logs_follow_ends_when_no_service_runs_and_the_jobs_ranks_are_gone(tmp_path: Path) -> None:
+    """With no service in the run directory (it was killed), the committed state can say "running" forever:
+    -f ends once none of the ranks it names is alive, and keeps following while one is."""
+    from oak.cli.serve import _log_over
+    from oak.runtime.store import JobRecord, RunStore
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for pids, over in (([dead.pid], True), ([os.getpid()], False)):
+        run_dir = tmp_path / f"run-{over}"
+        store = RunStore(run_dir / "state.sqlite")
+        rec = JobRecord("a", phase="running", launched_at_s=1.0, ready=True, pids=pids, devices=[0])
+        store.save([rec], {"run": {}})
+        store.close()
+        assert _log_over(run_dir, "a", 0)() is over

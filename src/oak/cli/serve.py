@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -290,6 +291,7 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
                 "name": name,
                 "state": r.state,
                 "devices": list(r.devices),
+                "pids": list(r.pids),
                 "restarts": r.restarts,
                 "failures": r.failures,
                 "step": r.step,
@@ -437,6 +439,14 @@ def logs(
     state, _ = _status(run_dir)
     row = _only(state, name)["jobs"][0]  # an unknown job is an input error naming the run's jobs
     path = run_dir / "jobs" / name / f"rank{rank}.log"
+    over = _log_over(run_dir, name, rank)
+    if follow and not path.is_file() and not over():
+        err_console.print(f"job {name!r} is {row['state']}: waiting for it to start (Ctrl-C to stop)")
+        try:
+            while not path.is_file() and not over():
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            return
     if not path.is_file():
         have = (
             sorted(p.name for p in (run_dir / "jobs" / name).glob("rank*.log"))
@@ -457,23 +467,41 @@ def logs(
         sys.stdout.write("\n".join(text[-lines:] if lines > 0 else text) + ("\n" if text else ""))
         sys.stdout.flush()
         try:
-            over = row["state"] in ("done", "failed", "cancelled")
-            checked = time.monotonic()
+            ended = over()
             while follow:
                 chunk = fh.read()
                 if chunk:
                     sys.stdout.write(chunk.decode("utf-8", errors="replace"))
                     sys.stdout.flush()
                     continue
-                if over:  # the job is over and everything it wrote is printed
+                if ended:  # the job is over and everything it wrote is printed
                     break
                 time.sleep(0.5)
-                if time.monotonic() - checked >= 2.0:
-                    checked = time.monotonic()
-                    rows = [r for r in _status(run_dir)[0]["jobs"] if r["name"] == name]
-                    over = not rows or rows[0]["state"] in ("done", "failed", "cancelled")
+                ended = over()
         except KeyboardInterrupt:
             pass
+
+
+def _log_over(run_dir: Path, name: str, rank: int, every_s: float = 2.0) -> Callable[[], bool]:
+    """Whether job ``name`` is over for ``oak logs -f``: done, failed or cancelled (the service's word, asked at
+    most every ``every_s`` seconds), or, with no service running there, none of the rank processes its last
+    committed state names alive (nothing will write its log until a service runs there again)."""
+    from oak.runtime.procs import gone
+
+    last: list[Any] = [-math.inf, False]
+
+    def over() -> bool:
+        if time.monotonic() - last[0] < every_s:
+            return bool(last[1])
+        state, live = _status(run_dir)
+        rows = [r for r in state["jobs"] if r["name"] == name]
+        ended = not rows or rows[0]["state"] in ("done", "failed", "cancelled")
+        if not ended and not live:
+            ended = all(gone(int(pid)) for pid in rows[0].get("pids") or ())
+        last[:] = [time.monotonic(), ended]
+        return ended
+
+    return over
 
 
 @app.command("explain")

@@ -3,6 +3,7 @@ types and the per-job table. Subcommand modules import this, never ``oak.cli.mai
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -160,6 +161,28 @@ def physics_flag(field: str) -> str:
     return field[:-2] if field.endswith("_s") else field
 
 
+#: the shortest simulated scheduling round (``--round``, s) the commands take. The simulator decides at every
+#: round while jobs run (and steps every round of an idle stretch for a policy that reads the clock), so a run
+#: takes up to horizon / round decisions: at 1 s and the default horizon (3e6 s) 3 million, already minutes to
+#: hours; --round 1e-9 meant 3e15 (a run that never ends). Its times also compare with a relative tolerance of
+#: 1e-9 of the clock (``oak.sim.simulator._EPS``), up to 1 s at the longest horizon (1e9 s): a shorter round is
+#: not resolved there. Real schedulers' rounds are tens of seconds (Sia, Gavel: 60 s).
+MIN_ROUND_S = 1.0
+
+
+def check_round(round_s: float, horizon_s: float) -> None:
+    """Exit 2 where ``--round`` is below :data:`MIN_ROUND_S` (a NaN or infinite value is left to
+    ``PhysicsOptions``' own message)."""
+    if isinstance(round_s, int | float) and math.isfinite(round_s) and round_s < MIN_ROUND_S:
+        count = ""
+        if round_s > 0 and math.isfinite(horizon_s) and horizon_s > 0:
+            count = f", up to horizon / round = {horizon_s / round_s:.3g} rounds here (--horizon {horizon_s:g})"
+        fail(
+            f"--round {round_s:g}: expected at least {MIN_ROUND_S:g} s (a run decides every round{count}; rounds "
+            "under a second are also below the simulator's time resolution at long horizons)"
+        )
+
+
 def with_physics_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command one option per field of ``PhysicsOptions`` — type, default and help generated from the
     dataclass and ``oak.engine.rules.FIELD_HELP`` — and call it with ``physics=PhysicsOptions(...)`` built from
@@ -191,6 +214,7 @@ def with_physics_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> Any:
         values = {names[k]: kwargs.pop(k) for k in list(kwargs) if k in names}
+        check_round(values.get("round_s", PhysicsOptions.round_s), values.get("horizon_s", PhysicsOptions.horizon_s))
         return fn(**kwargs, physics=PhysicsOptions(**values))
 
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in kept] + generated

@@ -75,9 +75,16 @@ class RunResult:
         return all(j.jct_s is not None for j in self.jobs)
 
     def jcts(self) -> np.ndarray:
-        """JCTs (s); unfinished jobs count with their censored time (horizon − submission)."""
+        """JCTs (s); unfinished jobs count with their censored time: the time they spent in the run by its end,
+        ``max(end − submission, 0)`` (horizon − submission where the run stopped at its horizon), a lower bound of
+        their JCT, so that the statistics of a run with unfinished jobs are lower bounds too. Never negative: a
+        job submitted after the run ended (``oak run --time-limit`` before a job's ``submit_s``) counts 0, not
+        end − submission < 0. The simulator refuses up front a workload whose job could arrive at or after its
+        horizon (a submission there, or ``--arrival-jitter`` that can delay one there), so that in a simulated
+        run every job arrived before the end and none can lower the mean that way."""
         return np.array(
-            [j.jct_s if j.jct_s is not None else self.end_time_s - j.submit_s for j in self.jobs], dtype=float
+            [j.jct_s if j.jct_s is not None else max(self.end_time_s - j.submit_s, 0.0) for j in self.jobs],
+            dtype=float,
         )
 
     def summary(self) -> dict[str, Any]:

@@ -46,6 +46,7 @@ import numpy.typing as npt
 
 from oak.errors import OakInputError
 from oak.model.cluster import Cluster
+from oak.workloads.loader import MAX_TIME_S
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -369,8 +370,19 @@ def synthesize(model: TraceModel, jobs: int, cluster: Cluster, scale: float = 1.
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise OakInputError(f"--seed {seed!r}: expected an integer >= 0")
     rng = np.random.default_rng(seed)
-    gaps = model.sample_gaps(rng, jobs - 1) * (BASE_INTERARRIVAL_S / scale)
-    times = np.concatenate([[0.0], np.cumsum(gaps)])
+    with np.errstate(all="ignore"):  # a tiny --scale overflows: refused below
+        gaps = model.sample_gaps(rng, jobs - 1) * (BASE_INTERARRIVAL_S / scale)
+        times = np.concatenate([[0.0], np.cumsum(gaps)])
+    # the loaders refuse a submit_time_s beyond MAX_TIME_S: refuse to write a workload they would not read (the
+    # last time as render_csv writes it, to the ms)
+    last = float(times[-1])
+    if not (math.isfinite(last) and round(last, 3) <= MAX_TIME_S):
+        when = f"at {last:.4g} s" if math.isfinite(last) else "beyond the float range"
+        raise OakInputError(
+            f"--scale {scale:g} with --jobs {jobs}: the last job would be submitted {when}, past the "
+            f"{MAX_TIME_S:g} s a workload's submit_time_s may reach (mean gap {BASE_INTERARRIVAL_S:g} s / K = "
+            f"{BASE_INTERARRIVAL_S / scale:.4g} s); expected a larger --scale or fewer --jobs"
+        )
     flat = model.joint.reshape(-1).astype(np.float64)
     cells = rng.choice(flat.size, size=jobs, p=flat / flat.sum())
     coins = rng.random(jobs)

@@ -156,3 +156,31 @@ def test_synth_output_near_the_limit_loads(tmp_path: Path) -> None:
     path.write_text(text)
     wl = load_workload(str(path), known_apps=Catalog.load().apps.keys())
     assert len(wl.jobs) == 20
+
+
+# ---------------------------------------------------------------- 4. --rules and the options it sets
+
+
+@pytest.mark.parametrize(
+    ("option", "shown"),
+    [
+        (["--no-bootstrap"], "--no-bootstrap contradicts --rules sia-artifact, which sets --bootstrap"),
+        (["--restart-on", "move"], "--restart-on move contradicts --rules sia-artifact, which sets --restart-on shape"),
+        (["--replicas-cap"], "--replicas-cap contradicts --rules sia-artifact, which sets --no-replicas-cap"),
+    ],
+)
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_an_option_the_rules_would_override_is_refused(command: str, option: list[str], shown: str) -> None:
+    """``--rules sia-artifact`` replaced the seven options it names, so ``--no-bootstrap`` beside it was dropped
+    without a word; an option given as the set has it, or one it does not name, still runs."""
+    from typer.testing import CliRunner
+
+    from oak.cli.main import app
+
+    base = [command, "--workload", "small", "--rules", "sia-artifact", "--horizon", "20000"]
+    res = CliRunner().invoke(app, [*base, *option])
+    assert res.exit_code == 2, res.output
+    assert shown in " ".join(res.output.split()), res.output
+    extra = ["--seeds", "1", "--failure-rates", "0", "--workers", "1"] if command == "compare" else []
+    ok = CliRunner().invoke(app, [*base, *extra, "--bootstrap", "--round", "30"])
+    assert ok.exit_code == 0, ok.output

@@ -86,7 +86,8 @@ RulesOpt = Annotated[
     str,
     typer.Option(
         help="Simulator rules: 'default' or 'sia-artifact' (the Sia artifact's: 1-GPU bootstrap, 2x exploration "
-        "cap, restarts only on a change of per-node shape, fixed 60 s steps, restores not preemptible, "
+        "cap, restarts only on a change of per-node shape, decisions only on the --round grid (60 s by default), "
+        "restores not preemptible, "
         "num_replicas a demand of rigid jobs only, a never-run job's first GPU type a tie)."
     ),
 ]
@@ -183,6 +184,34 @@ def check_round(round_s: float, horizon_s: float) -> None:
         )
 
 
+_CTX = "oak_physics_ctx"
+"""The click context :func:`with_physics_options` asks typer for (a parameter annotated ``typer.Context``)."""
+
+
+def _check_rules_given(rules: Any, given: dict[str, Any]) -> None:
+    """Exit 2 where an option given on the command line contradicts the ``--rules`` set, which would replace it
+    silently (``--rules sia-artifact --no-bootstrap``); an option the set does not name, or one given as the set
+    has it, is fine."""
+    from oak.engine.rules import SIA_ARTIFACT_RULES
+
+    if rules != "sia-artifact":
+        return
+
+    def show(flag: str, v: Any) -> str:
+        name = flag.replace("_", "-")
+        if isinstance(v, bool):
+            return f"--{name}" if v else f"--no-{name}"
+        return f"--{name} {v}"
+
+    for flag, value in given.items():
+        if flag in SIA_ARTIFACT_RULES and SIA_ARTIFACT_RULES[flag] != value:
+            fail(
+                f"{show(flag, value)} contradicts --rules sia-artifact, which sets "
+                f"{show(flag, SIA_ARTIFACT_RULES[flag])}; give the rules you want one by one instead of --rules "
+                "to combine them"
+            )
+
+
 def with_physics_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command one option per field of ``PhysicsOptions`` — type, default and help generated from the
     dataclass and ``oak.engine.rules.FIELD_HELP`` — and call it with ``physics=PhysicsOptions(...)`` built from
@@ -213,11 +242,16 @@ def with_physics_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> Any:
+        ctx = kwargs.pop(_CTX, None)  # which options were typed (not defaults): a --rules set must not override them
+        source = getattr(ctx, "get_parameter_source", None)  # typer's own click: compared by the source's name
+        given = {k for k in names if source is not None and getattr(source(k), "name", "") == "COMMANDLINE"}
+        _check_rules_given(kwargs.get("rules"), {k: kwargs[k] for k in given if k in kwargs})
         values = {names[k]: kwargs.pop(k) for k in list(kwargs) if k in names}
         check_round(values.get("round_s", PhysicsOptions.round_s), values.get("horizon_s", PhysicsOptions.horizon_s))
         return fn(**kwargs, physics=PhysicsOptions(**values))
 
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in kept] + generated
+    params.append(inspect.Parameter(_CTX, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context))
     wrapper.__signature__ = base.replace(parameters=params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": base.return_annotation}
     del wrapper.__wrapped__  # type: ignore[attr-defined]  # typer must read the signature above, not fn's

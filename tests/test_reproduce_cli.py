@@ -109,3 +109,30 @@ def test_restart_aware_traces_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.csv").write_text("name,time,application,num_replicas,batch_size\nj,1e308,cifar10,1,8\n")
     res = _reproduce("restart-aware", "--traces", str(tmp_path), "--out", str(tmp_path / "o"))
     assert res.returncode == 2 and "bad.csv:2" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scale", "full"], "--scale applies only to the experiment table4"),
+        (["--cpu-slots", "0"], "--cpu-slots applies only to the experiment table4"),
+        (["--gpus", "banana"], "--gpus applies only to the experiment table4"),
+        (["--quick", "--paper-seeds"], "--quick and --paper-seeds: give one or the other"),
+        (["--backend", "slurm"], "--backend 'slurm': expected one of local, ray"),
+    ],
+)
+def test_options_a_simulated_experiment_would_ignore_are_refused_before_anything(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """table4's options on a simulated experiment were ignored without a word, --quick --paper-seeds ran one
+    of the two, and an unknown backend was refused only after 'running N on the slurm backend' and an --out
+    folder made: each is now an error before anything is written."""
+    from typer.testing import CliRunner
+
+    from oak.cli.main import app
+
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["reproduce", "fig3-baselines", "--out", str(out), *args])
+    assert res.exit_code == 2, res.output
+    assert message in " ".join(res.output.split()) and "running" not in res.output, res.output
+    assert not out.exists()

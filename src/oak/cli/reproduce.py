@@ -86,6 +86,16 @@ def reproduce(
     if experiment == "table4":
         _table4(out, scale, cpu_slots, gpus, seeds)
         return
+    # options of table4 alone: given to a simulated experiment they would be ignored without a word
+    for flag, value, default in (("--scale", scale, "small"), ("--cpu-slots", cpu_slots, None), ("--gpus", gpus, None)):
+        if value != default:
+            fail(f"{flag} applies only to the experiment table4 (real training processes); got {experiment!r}")
+    if quick and paper_seeds:
+        fail("--quick and --paper-seeds: give one or the other (--quick runs 1 seed, --paper-seeds the paper's)")
+    from oak.reproduce.runner import BACKENDS
+
+    if backend not in BACKENDS:
+        fail(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     if seeds is not None and paper_seeds:
         fail("--seeds and --paper-seeds: give one or the other")
     if seeds is not None and seeds < 1:

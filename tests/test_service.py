@@ -752,3 +752,17 @@ def test_logs_follow_ends_when_no_service_runs_and_the_jobs_ranks_are_gone(tmp_p
         store.save([rec], {"run": {}})
         store.close()
         assert _log_over(run_dir, "a", 0)() is over
+
+
+def test_submit_name_with_a_jobs_file_for_a_command_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``oak submit --name zz tiny.yaml`` (a jobs file where the command goes) submitted tiny.yaml as the
+    program to run; it is now refused, pointing at ``oak submit tiny.yaml``."""
+    from typer.testing import CliRunner
+
+    from oak.cli.main import app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny.yaml").write_text("jobs:\n" + count_job("a", 3))
+    res = CliRunner().invoke(app, ["submit", "--run-dir", str(tmp_path / "run"), "--name", "zz", "tiny.yaml"])
+    assert res.exit_code == 2, res.output
+    assert "the command 'tiny.yaml' is a jobs file" in " ".join(res.output.split()), res.output

@@ -187,6 +187,11 @@ def submit(
         argv = ([jobs_file] if jobs_file is not None else []) + list(command or [])  # as typed: no path rewriting
         if not argv:
             fail("--name NAME needs a command after --, e.g. oak submit --run-dir D --name a -- python train.py")
+        if argv[0].lower().endswith((".yaml", ".yml")) and Path(argv[0]).is_file():
+            fail(
+                f"--name {name}: the command {argv[0]!r} is a jobs file, not a program; submit the file without "
+                f"--name (oak submit {argv[0]}), or give the program that reads it after --"
+            )
         entry: dict[str, Any] = {
             "name": name,
             "command": argv,

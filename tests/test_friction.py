@@ -228,3 +228,20 @@ def test_a_job_that_finished_while_no_scheduler_ran_ends_when_its_incarnation_en
     sched._reap_orphans([r])
     assert r.phase == "done" and r.finish_s == pytest.approx(30.0)
     assert r.t_progress_s == pytest.approx(25.0) and r.gpu_s == pytest.approx(50.0)
+
+
+def test_oak_runs_table_says_failed_not_unfinished(capsys: pytest.CaptureFixture[str]) -> None:
+    """A job that failed for good showed 'unfinished' as its JCT, as if the run had been cut short."""
+    from oak.cli.run import print_run_table
+
+    def job(name: str, jct: float | None) -> JobResult:
+        return JobResult(name, "app", 0.0, jct, 1, 1, 1.0, 0.0, 0.0, 1.0, 0.0)
+
+    result = RunResult("oak", "w", 0.0, 0, (job("ok", 5.0), job("bad", None), job("cut", None)), (0.1,), 5.0, 5.0, 1.0)
+    print_run_table(result, "t", {"bad": "failed"})
+    out = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): line.split("│")[3].strip() for line in out.splitlines() if line.count("│") > 3}
+    assert rows["ok"] == "5.0" and rows["bad"] == "failed" and rows["cut"] == "unfinished", out
+    nothing = RunResult("oak", "w", 0.0, 0, (job("bad", None), job("b2", None)), (0.1,), 5.0, 5.0, 1.0)
+    print_run_table(nothing, "t", {"bad": "failed", "b2": "failed"})
+    assert "no job finished (2 of 2 unfinished, 2 failed)" in " ".join(capsys.readouterr().out.split())

@@ -137,8 +137,9 @@ GenerationsOpt = Annotated[
 ]
 
 
-def jobs_table(result: Any, title: str, digits: int = 0) -> Table:
-    """Per-job metrics of a RunResult (JCT, restarts, failures, T_progress, T_ckpt, T_queue; seconds)."""
+def jobs_table(result: Any, title: str, digits: int = 0, ended: dict[str, str] | None = None) -> Table:
+    """Per-job metrics of a RunResult (JCT, restarts, failures, T_progress, T_ckpt, T_queue; seconds); an
+    unfinished job's JCT cell says how it ended where ``ended`` names it (a real run's ``failed``)."""
     table = Table(title=title)
     for col in ("job", "app", "JCT (s)", "restarts", "failures", "T_progress (s)", "T_ckpt (s)", "T_queue (s)"):
         table.add_column(col, justify="right" if col not in ("job", "app") else "left")
@@ -146,7 +147,7 @@ def jobs_table(result: Any, title: str, digits: int = 0) -> Table:
         table.add_row(
             j.name,
             j.application,
-            "unfinished" if j.jct_s is None else f"{j.jct_s:,.{digits}f}",
+            (ended or {}).get(j.name, "unfinished") if j.jct_s is None else f"{j.jct_s:,.{digits}f}",
             str(j.restarts),
             str(j.failures),
             f"{j.t_progress_s:,.{digits}f}",

@@ -17,14 +17,17 @@ if TYPE_CHECKING:
     from oak.runtime.nodes import RuntimeNode
 
 
-def print_run_table(result: Any, title: str) -> None:
-    """Per-job and per-run metrics of a RunResult (the same columns as ``oak simulate``)."""
-    table = jobs_table(result, title, digits=1)
+def print_run_table(result: Any, title: str, ended: dict[str, str] | None = None) -> None:
+    """Per-job and per-run metrics of a RunResult (the same columns as ``oak simulate``); ``ended``: how the
+    unfinished jobs that are over ended (``failed``, ``cancelled``)."""
+    table = jobs_table(result, title, digits=1, ended=ended)
     console.print(table)
     s = result.summary()
     left, n = s["unfinished_jobs"], len(result.jobs)
     if left == n:  # nothing finished: a JCT would be the time so far, not a result
-        head = f"no job finished ({n} of {n} unfinished) · {s['makespan_s']:,.1f} s run"
+        over = [v for k, v in (ended or {}).items() if any(j.name == k and j.jct_s is None for j in result.jobs)]
+        how = "".join(f", {over.count(v)} {v}" for v in sorted(set(over)))
+        head = f"no job finished ({n} of {n} unfinished{how}) · {s['makespan_s']:,.1f} s run"
     else:  # unfinished jobs count with their time so far: the true means are larger
         at_least = "≥ " if left else ""
         head = (
@@ -135,8 +138,9 @@ def run_jobs(
             bar.update(task, completed=done, description=f"{policy} · λ={failure_rate:g} · t={now:,.0f} s")
 
         result = sched.run(progress=tick)
+    ended = {r.name: r.state for r in sched.records if r.state in ("failed", "cancelled")}
     print_run_table(
-        result, f"{policy} on {jobs_file.name} ({devices} {kind} devices), λ = {failure_rate:g}, seed {seed}"
+        result, f"{policy} on {jobs_file.name} ({devices} {kind} devices), λ = {failure_rate:g}, seed {seed}", ended
     )
     corrupt = {r.name: (r.corrupt_skipped, r.lost_steps) for r in sched.records if r.corrupt_skipped}
     for name, (n, lost) in corrupt.items():

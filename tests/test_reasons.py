@@ -242,3 +242,11 @@ def test_the_runtime_records_why_a_job_waits_and_oak_explain_shows_its_rounds(tm
     assert {r["name"]: r["why"] for r in status["jobs"]}[w.name] == w.why
     bad = oak("explain", "nope", "--run-dir", str(run_dir))
     assert bad.returncode == 2 and "no job 'nope'" in bad.stderr
+    # the text view: each round's heading whole on its own line (as a table title it wrapped to the table's
+    # width), and every column named
+    text = oak("explain", w.name, "--run-dir", str(run_dir))
+    assert text.returncode == 0, text.stderr
+    heading = f"round {last_round['k']} at t = {last_round['time_s']:,.0f} s · outbid: {w.why}"
+    assert heading in text.stdout.splitlines(), text.stdout
+    header = next(line for line in text.stdout.splitlines() if line.startswith("┃"))
+    assert [c.strip() for c in header.strip("┃").split("┃")] == ["option", "devices", "value", "note"], header

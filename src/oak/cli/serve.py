@@ -542,15 +542,16 @@ def explain(
         return
     now = f"{name}: {row['state']}" + (f" — {row['why']}" if row.get("why") else "")
     console.print(escape(now))
+    if row.get("reason"):  # failed for good: why, whatever the rounds said
+        console.print(escape(f"failed for good: {row['reason']}"))
     if not seen:
         console.print("no round has decided it yet" if row["state"] == "queued" else "no round's reasons recorded")
         return
     for r in seen:
-        t = Table(
-            title=escape(f"round {r['k']} at t = {r['time_s']:,.0f} s · {r['code']}: {r['text']}"),
-            title_justify="left",
-        )
-        for col, just in (("option", "left"), ("devices", "right"), ("value", "right"), ("", "left")):
+        # the heading on a line of its own: as a table's title it wrapped to the narrow table's width
+        console.print(escape(f"round {r['k']} at t = {r['time_s']:,.0f} s · {r['code']}: {r['text']}"))
+        t = Table()
+        for col, just in (("option", "left"), ("devices", "right"), ("value", "right"), ("note", "left")):
             t.add_column(col, justify=just)  # type: ignore[arg-type]
         best = (r.get("best") or {}).get("config")
         for o in r.get("options") or []:

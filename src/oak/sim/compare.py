@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -163,11 +164,22 @@ def run_pool(
         # Ctrl-C, a failed run, a callback that raised: the runs still going are abandoned, not waited for (a
         # stress run takes minutes); their results were never delivered, so nothing half-done is kept
         pool.shutdown(wait=False, cancel_futures=True)
-        for proc in set(multiprocessing.active_children()) - before:
-            proc.terminate()
-            proc.join(5.0)
+        _end_children(before)
+        # the pool's manager thread may start a worker in place of one just ended: it is ended once that thread,
+        # seeing its pool broken, is done (waited for at most 10 s in a thread of its own)
+        closing = threading.Thread(target=pool.shutdown, kwargs={"wait": True}, daemon=True)
+        closing.start()
+        closing.join(10.0)
+        _end_children(before)
         raise
     pool.shutdown(wait=True)
+
+
+def _end_children(before: set[Any]) -> None:
+    """Terminate and join (5 s each at most) the multiprocessing children not in ``before``."""
+    for proc in set(multiprocessing.active_children()) - before:
+        proc.terminate()
+        proc.join(5.0)
 
 
 def _worker_start(kernels: bool) -> None:

@@ -560,7 +560,8 @@ def test_serve_on_a_busy_port_exits_2_at_once(tmp_path: Path) -> None:
     assert not (tmp_path / "run" / "oak.sock").exists()
 
 
-def test_submit_name_keeps_the_command_as_typed(tmp_path: Path) -> None:
+def _submit_offline(args: list[str]) -> tuple[Any, dict[str, Any]]:
+    """``oak submit ARGS`` in process with the service call faked: (the CLI's result, what it would send)."""
     from typer.testing import CliRunner
 
     from oak.cli.main import app
@@ -576,9 +577,14 @@ def test_submit_name_keeps_the_command_as_typed(tmp_path: Path) -> None:
     orig = protocol.call
     protocol.call = fake_call  # type: ignore[assignment]
     try:
-        res = CliRunner().invoke(app, ["submit", "--run-dir", str(tmp_path), "--name", "n", "--", "./train.sh", "a//b"])
+        res = CliRunner().invoke(app, ["submit", *args])
     finally:
         protocol.call = orig  # type: ignore[assignment]
+    return res, seen
+
+
+def test_submit_name_keeps_the_command_as_typed(tmp_path: Path) -> None:
+    res, seen = _submit_offline(["--run-dir", str(tmp_path), "--name", "n", "--", "./train.sh", "a//b"])
     assert res.exit_code == 0, res.output
     assert "./train.sh" in seen["text"] and "a//b" in seen["text"]
 
@@ -681,26 +687,9 @@ def test_a_job_cancelled_just_before_the_server_died_is_not_taken_for_finished(t
 @pytest.mark.parametrize(("given", "sent"), [([], 1), (["--max-gpus", "3"], 3), (["--max-gpus", "0"], 0)])
 def test_submit_name_sends_the_max_gpus_given_even_zero(tmp_path: Path, given: list[str], sent: int) -> None:
     """``--max-gpus 0`` reaches the jobs-file check (refused there as any max_gpus: 0), not replaced by min."""
-    from typer.testing import CliRunner
-
-    from oak.cli.main import app
     from oak.runtime.jobs_file import parse_jobs
 
-    seen: dict[str, Any] = {}
-
-    def fake_call(run_dir: Path, op: str, **args: Any) -> dict[str, Any]:
-        seen.update(args)
-        return {"ok": True, "submitted": ["n"]}
-
-    import oak.service.protocol as protocol
-
-    orig = protocol.call
-    protocol.call = fake_call  # type: ignore[assignment]
-    try:
-        argv = ["submit", "--run-dir", str(tmp_path), "--name", "n", *given, "--", "true"]
-        res = CliRunner().invoke(app, argv)
-    finally:
-        protocol.call = orig  # type: ignore[assignment]
+    res, seen = _submit_offline(["--run-dir", str(tmp_path), "--name", "n", *given, "--", "true"])
     assert res.exit_code == 0, res.output
     if sent >= 1:
         assert parse_jobs(seen["text"], "--name n").jobs[0].max_gpus == sent

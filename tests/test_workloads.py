@@ -90,3 +90,20 @@ def test_other_columns_are_ignored() -> None:
 def test_missing_file() -> None:
     with pytest.raises(OakInputError, match="no such file"):
         load_workload("/nonexistent/w.csv")
+
+
+def test_a_file_named_like_an_embedded_workload_is_not_silently_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file ``small`` in the working folder was ignored for the embedded ``small``; the name is now refused as
+    ambiguous, and ``./small`` loads the file."""
+    from oak.errors import OakInputError
+    from oak.workloads import load_workload
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "small").write_text("name,submit_time_s,application,min_gpus,max_gpus\nmine,0,cifar10,1,4\n")
+    with pytest.raises(OakInputError, match=r"'small': both an embedded workload and a file here .* give ./small"):
+        load_workload("small")
+    assert [j.name for j in load_workload("./small").jobs] == ["mine"]
+    (tmp_path / "small").unlink()
+    assert len(load_workload("small").jobs) == 4

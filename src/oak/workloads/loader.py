@@ -38,6 +38,11 @@ def builtin_workloads() -> tuple[str, ...]:
 def load_workload(name_or_path: str, known_apps: Collection[str] | None = None) -> Workload:
     """An embedded workload by name (``medium``) or a CSV file by path."""
     if name_or_path in builtin_workloads():
+        if Path(name_or_path).is_file():  # which one was meant cannot be told: neither is chosen silently
+            raise OakInputError(
+                f"workload {name_or_path!r}: both an embedded workload and a file here ({Path.cwd() / name_or_path});"
+                f" give ./{name_or_path} for the file, or move the file away to use the embedded workload"
+            )
         res = resources.files("oak.workloads").joinpath("data", f"{name_or_path}.csv")
         return read_workload_csv(res.read_text(encoding="utf-8"), f"<builtin {name_or_path}>", name_or_path, known_apps)
     path = Path(name_or_path)

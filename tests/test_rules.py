@@ -207,6 +207,20 @@ def test_cli_rules_and_job_trace(tmp_path: Path) -> None:
         assert bad.returncode == 2 and msg in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
+def test_the_trace_plot_shows_the_jobs_that_ran_longest_not_the_ones_that_waited() -> None:
+    """The plot chose jobs by their span in the trace, waiting included: a job that waited all run and never
+    held a GPU came first. It now ranks by the span of the rounds a job held GPUs (name order on ties), and by
+    the trace's span only where no job ever held any."""
+    from oak.sim.trace import longest_running
+
+    rows = [("waiter", t, 0) for t in range(0, 1000, 60)] + [("waiter", 1000, 1)]
+    rows += [("runner", t, 2) for t in range(0, 600, 60)] + [("brief", 0, 1), ("brief", 60, 1)]
+    times = pd.DataFrame(rows, columns=["job", "time_s", "gpus"])
+    assert longest_running(times, 2) == ["runner", "brief"]
+    idle = times.assign(gpus=0)
+    assert longest_running(idle, 1) == ["waiter"]
+
+
 def test_sia_factor_ablation_scales_only_moves() -> None:
     """``oak-sia-factor`` (Table III cell (b) under the ``sia-paper`` reading): Sia's factor multiplies every
     configuration but the current one; the current one keeps OAK's U = G^p·K."""

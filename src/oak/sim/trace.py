@@ -99,6 +99,16 @@ def run_traced(
     return result, {str(code): k for code, k in counts.most_common()}
 
 
+def longest_running(times: Any, jobs: int) -> list[str]:
+    """The ``jobs`` jobs of a trace frame (columns job, time_s, gpus) that ran longest: the span of the rounds in
+    which each held GPUs, ties by name (by their span in the trace where no job ever held GPUs). A job that
+    waited long and ran briefly is not among them."""
+    ran = times[times["gpus"] > 0]
+    spans = (ran if not ran.empty else times).groupby("job", sort=True)["time_s"].agg(["min", "max"])
+    spans["span"] = spans["max"] - spans["min"]
+    return [str(j) for j in spans.sort_values("span", ascending=False, kind="stable").index[:jobs]]
+
+
 def plot_trace(path: str | Path, title: str, jobs: int = 3) -> bytes:
     """A PNG of the ``jobs`` longest-running jobs of a job trace (a Parquet file of ``run_traced``): GPUs held
     (steps) and Sia's and OAK's restart factors (lines) against time, one panel per job. Reads the whole trace's
@@ -108,13 +118,10 @@ def plot_trace(path: str | Path, title: str, jobs: int = 3) -> bytes:
     import pyarrow.parquet as pq
     from matplotlib.figure import Figure
 
-    times = pq.read_table(path, columns=["job", "time_s"])
-    if times.num_rows == 0:
+    times = pq.read_table(path, columns=["job", "time_s", "gpus"]).to_pandas()
+    if times.empty:
         raise ValueError("empty job trace")
-    spans = times.group_by("job").aggregate([("time_s", "min"), ("time_s", "max")]).to_pandas()
-    spans["span"] = spans["time_s_max"] - spans["time_s_min"]
-    spans = spans.sort_values("job", kind="stable").sort_values("span", ascending=False, kind="stable")
-    chosen = [str(j) for j in spans["job"].iloc[:jobs]]
+    chosen = longest_running(times, jobs)
     frame = pq.read_table(path, filters=[("job", "in", chosen)]).to_pandas()
     fig = Figure(figsize=(10.0, 2.4 * len(chosen)), layout="constrained")
     axes = fig.subplots(len(chosen), 1, squeeze=False)[:, 0]
@@ -123,7 +130,7 @@ def plot_trace(path: str | Path, title: str, jobs: int = 3) -> bytes:
         hours = job["time_s"].to_numpy() / 3600.0
         ax.step(hours, job["gpus"], where="post", color="#1f77b4", lw=1.2, label="GPUs held")
         ax.set_ylabel("GPUs")
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, max(1.0, float(job["gpus"].max())) * 1.05)  # a job that never ran: 0 on a 0–1 axis
         twin = ax.twinx()
         twin.plot(hours, job["r_sia"], color="#ff7f0e", lw=0.8, label="Sia's r")
         twin.plot(hours, job["r_oak"], color="#2ca02c", lw=0.8, ls="--", label="OAK's r (decomposed)")

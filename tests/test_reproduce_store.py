@@ -301,3 +301,23 @@ def test_ray_backend_matches_local(tmp_path: Path) -> None:
     ra = store.runs().sort_values("key")[cols].reset_index(drop=True)
     rl = local.runs().sort_values("key")[cols].reset_index(drop=True)
     assert ra.equals(rl)
+
+
+def test_a_second_writer_of_one_store_is_refused_while_the_first_holds_it(tmp_path: Path) -> None:
+    """Two ``oak reproduce`` on one --out each rewrote whole tables from what they had read: the later flush
+    dropped the other's runs. A writer now holds the store's lock; a second is an input error naming the
+    first's pid, and the lock is free again once the first closes (or ends)."""
+    import os
+
+    from oak.errors import OakInputError
+    from oak.reproduce.store import ResultsStore
+
+    first = ResultsStore(tmp_path, exclusive=True)
+    with pytest.raises(OakInputError, match=rf"another oak reproduce \(pid {os.getpid()}\) is writing"):
+        ResultsStore(tmp_path, exclusive=True)
+    ResultsStore(tmp_path)  # a reader needs no lock
+    cmd = [sys.executable, "-c", "from oak.cli.main import main; main()", "reproduce", "table2", "--quick"]
+    res = subprocess.run([*cmd, "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "another oak reproduce" in " ".join(res.stderr.split()), res.stderr
+    first.close()
+    ResultsStore(tmp_path, exclusive=True).close()

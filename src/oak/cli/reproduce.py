@@ -154,7 +154,7 @@ def reproduce(
     )
     specs = [s for n in names for cell in EXPERIMENTS[n].cells(plan) for s in cell.specs]
     check_sweep_size(len(specs), f"--seeds {seeds}" if seeds is not None else experiment)
-    store = ResultsStore(out)
+    store = ResultsStore(out, exclusive=True)  # one writer per --out: a second would drop the first one's runs
     todo = store.missing(specs)
     total = len(set(specs))
     console.print(

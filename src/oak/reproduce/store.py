@@ -10,9 +10,11 @@ file: it is never replaced nor merged with the store's own rows.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import io
 import json
+import os
 from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
@@ -30,6 +32,7 @@ from oak.sim.compare import RunSpec
 
 RUN_FILE = "runs.parquet"
 JOB_FILE = "jobs.parquet"
+LOCK_FILE = ".oak-reproduce.lock"
 #: The columns every row of each table has had since the store's first version (``ResultsStore.add``); a
 #: Parquet file without them is some other table.
 REQUIRED_COLUMNS = {
@@ -92,9 +95,10 @@ class ResultsStore:
 
     Raises OakInputError if a table is unreadable or is not a results table."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, exclusive: bool = False) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd: int | None = self._lock() if exclusive else None
         runs = self._read(RUN_FILE)
         jobs = self._read(JOB_FILE)
         run_keys = set(runs["key"]) if "key" in runs else set()
@@ -108,6 +112,31 @@ class ResultsStore:
         self._pending_jobs: list[dict[str, Any]] = []
         self._unwritten = False  # the tables in memory hold rows the files lack (a flush cut short)
         self._keys = set(self._runs["key"]) if "key" in self._runs else set()
+
+    def _lock(self) -> int:
+        """Hold ``LOCK_FILE`` in the store's folder for this store's life (``exclusive``): each writer rewrites
+        whole tables from what it read, so a second one at the same time would drop the first one's runs. An
+        input error naming the holder's pid if another process holds it."""
+        path = self.root / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise OakInputError(
+                f"{self.root}: another oak reproduce (pid {holder}) is writing its results there; wait for it to end "
+                "(then run the same command again: what it stored is kept) or give another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def close(self) -> None:
+        """Release the store's lock (``exclusive``); the lock also ends with the process."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _read(self, name: str) -> pd.DataFrame:
         path = self.root / name

@@ -698,32 +698,40 @@ def test_submit_name_sends_the_max_gpus_given_even_zero(tmp_path: Path, given: l
             parse_jobs(seen["text"], "--name n")
 
 
-def test_logs_follow_of_a_queued_job_waits_for_it_to_start(tmp_path: Path) -> None:
+def test_logs_follow_of_a_queued_job_waits_for_it_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``oak submit … && oak logs -f NAME`` failed ("no such log … it has not started") whenever the job was
-    still queued; -f now waits for its first incarnation, prints its log and ends when the job is over. (The
-    job is submitted to arrive 10 s into the run: queued until then whatever the policy does.)"""
-    from support.service import in_process_service
+    still queued; -f now waits for its first incarnation, prints its log and ends when the job is over. On data:
+    a service that reports the job queued until its log appears (at the first wait) and done after, on a clock
+    that moves only when the command sleeps."""
+    import types
+
+    from typer.testing import CliRunner
+
+    import oak.cli.serve as serve_cli
+    from oak.cli.main import app
 
     run_dir = tmp_path / "run"
-    err_path = tmp_path / "err.txt"
-    with in_process_service(run_dir, make_policy("oak"), 1, stop_timeout_s=20.0):
-        text = "jobs:\n" + count_job("b", 3, min_gpus=1, max_gpus=1, submit_s=10)
-        assert call(run_dir, "submit", text=text, source="j.yaml")["ok"]
-        with open(err_path, "w") as err:
-            follow = subprocess.Popen(
-                [*MAIN, "logs", "--run-dir", str(run_dir), "b", "-f"], stdout=subprocess.PIPE, stderr=err, text=True
-            )
-            try:
-                out, _ = follow.communicate(timeout=120)
-            finally:
-                if follow.poll() is None:
-                    follow.kill()
-    said = " ".join(err_path.read_text().split())
-    assert follow.returncode == 0, (out, said)
-    assert "job 'b' is queued: waiting for it to start" in said, said
-    assert "start incarnation" in out, out
-    rows = [r for r in json.loads(oak("status", "--run-dir", str(run_dir), "--json").stdout)["jobs"]]
-    assert rows[0]["state"] == "done", rows
+    log = run_dir / "jobs" / "b" / "rank0.log"
+    clock = {"now": 0.0, "sleeps": 0}
+
+    def sleep(seconds: float) -> None:
+        clock["now"] += seconds
+        clock["sleeps"] += 1
+        if not log.exists():  # the service starts the job while -f waits
+            log.parent.mkdir(parents=True)
+            log.write_text("=== start incarnation x rank 0/1\nstep 1\n")
+
+    def status(_run_dir: Path) -> tuple[dict[str, Any], bool]:
+        return {"jobs": [{"name": "b", "state": "done" if log.exists() else "queued"}]}, True
+
+    fake_time = types.SimpleNamespace(sleep=sleep, monotonic=lambda: clock["now"])
+    monkeypatch.setattr(serve_cli, "time", fake_time)
+    monkeypatch.setattr(serve_cli, "_status", status)
+    res = CliRunner().invoke(app, ["logs", "--run-dir", str(run_dir), "b", "-f"])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "job 'b' is queued: waiting for it to start" in said and "step 1" in said, said
+    assert clock["sleeps"] < 20, clock  # it ended once the job was over
 
 
 def test_logs_follow_ends_when_no_service_runs_and_the_jobs_ranks_are_gone(tmp_path: Path) -> None:
@@ -740,7 +748,7 @@ def test_logs_follow_ends_when_no_service_runs_and_the_jobs_ranks_are_gone(tmp_p
         rec = JobRecord("a", phase="running", launched_at_s=1.0, ready=True, pids=pids, devices=[0])
         store.save([rec], {"run": {}})
         store.close()
-        assert _log_over(run_dir, "a", 0)() is over
+        assert _log_over(run_dir, "a")() is over
 
 
 def test_submit_name_with_a_jobs_file_for_a_command_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -444,7 +444,7 @@ def logs(
     state, _ = _status(run_dir)
     row = _only(state, name)["jobs"][0]  # an unknown job is an input error naming the run's jobs
     path = run_dir / "jobs" / name / f"rank{rank}.log"
-    over = _log_over(run_dir, name, rank)
+    over = _log_over(run_dir, name)
     if follow and not path.is_file() and not over():
         err_console.print(f"job {name!r} is {row['state']}: waiting for it to start (Ctrl-C to stop)")
         try:
@@ -487,23 +487,24 @@ def logs(
             pass
 
 
-def _log_over(run_dir: Path, name: str, rank: int, every_s: float = 2.0) -> Callable[[], bool]:
+def _log_over(run_dir: Path, name: str, every_s: float = 2.0) -> Callable[[], bool]:
     """Whether job ``name`` is over for ``oak logs -f``: done, failed or cancelled (the service's word, asked at
     most every ``every_s`` seconds), or, with no service running there, none of the rank processes its last
     committed state names alive (nothing will write its log until a service runs there again)."""
     from oak.runtime.procs import gone
 
-    last: list[Any] = [-math.inf, False]
+    asked, ended = -math.inf, False
 
     def over() -> bool:
-        if time.monotonic() - last[0] < every_s:
-            return bool(last[1])
+        nonlocal asked, ended
+        if time.monotonic() - asked < every_s:
+            return ended
         state, live = _status(run_dir)
         rows = [r for r in state["jobs"] if r["name"] == name]
         ended = not rows or rows[0]["state"] in ("done", "failed", "cancelled")
         if not ended and not live:
             ended = all(gone(int(pid)) for pid in rows[0].get("pids") or ())
-        last[:] = [time.monotonic(), ended]
+        asked = time.monotonic()
         return ended
 
     return over

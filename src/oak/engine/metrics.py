@@ -7,6 +7,23 @@ from typing import Any
 
 import numpy as np
 
+CONFIDENCE = 0.95
+"""The confidence of every interval OAK reports (``oak compare``'s ±, ``oak reproduce``'s report)."""
+
+
+def ci_half_width(sd: Any, n: Any) -> Any:
+    """Half-width of the 95 % Student-t interval of a mean from its sample σ (ddof = 1) and n; NaN for n < 2.
+    Element-wise on arrays (a float for scalars)."""
+    from scipy import stats
+
+    n_arr = np.asarray(n, dtype=float)
+    sd_arr = np.asarray(sd, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dof = np.where(n_arr >= 2, n_arr - 1, 1.0)
+        half = stats.t.ppf(0.5 + CONFIDENCE / 2, dof) * sd_arr / np.sqrt(np.where(n_arr >= 1, n_arr, 1.0))
+    out = np.where(n_arr >= 2, half, np.nan)
+    return out if out.ndim else float(out)
+
 
 @dataclass(frozen=True)
 class JobResult:

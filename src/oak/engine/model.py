@@ -81,12 +81,23 @@ class ClusterModel:
         self.n = len(jobs)
         if self.n == 0:
             raise OakInputError(f"workload {workload.name!r}: no jobs")
-        late = [j for j in jobs if j.submit_time_s >= self.physics.horizon_s]
+        horizon, jitter = self.physics.horizon_s, self.physics.arrival_jitter_s
+        late = [j for j in jobs if j.submit_time_s >= horizon]
         if late:
             raise OakInputError(
                 f"workload {workload.name!r}, job {late[0].name!r}: submitted at {late[0].submit_time_s:g} s, not "
-                f"before the horizon of {self.physics.horizon_s:g} s (--horizon); "
-                f"{len(late)} job(s) would never arrive"
+                f"before the horizon of {horizon:g} s (--horizon); {len(late)} job(s) would never arrive"
+            )
+        last = max(jobs, key=lambda j: j.submit_time_s)
+        if jitter > 0 and last.submit_time_s + jitter > horizon:
+            # the jitter delays a submission by a seeded uniform in [0, J): refused whatever the seed, so that every
+            # seed runs the same jobs (a job arriving past the end would count a censored JCT of 0)
+            raise OakInputError(
+                f"--arrival-jitter {jitter:g}: can delay job {last.name!r} of workload {workload.name!r} (submitted "
+                f"at {last.submit_time_s:g} s) up to {last.submit_time_s + jitter:g} s, past the horizon of "
+                f"{horizon:g} s (--horizon), where it would never arrive; expected a jitter of at most "
+                f"{horizon - last.submit_time_s:g} s (the gap from the last submission to the horizon), or a longer "
+                "--horizon"
             )
         self.apps = [self.catalog.app(j.application) for j in jobs]
         self.tables = JobTables(self.table, self.apps)

@@ -8,23 +8,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-CONFIDENCE = 0.95
+from oak.engine.metrics import ci_half_width
 
 
 def ci_half(sd: Any, n: Any) -> Any:
-    """Half-width of the 95 % Student-t interval of a mean from its sample σ (ddof = 1) and n; NaN for n < 2.
-    Works element-wise on arrays and Series."""
-    n_arr = np.asarray(n, dtype=float)
-    sd_arr = np.asarray(sd, dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        dof = np.where(n_arr >= 2, n_arr - 1, 1.0)
-        half = stats.t.ppf(0.5 + CONFIDENCE / 2, dof) * sd_arr / np.sqrt(np.where(n_arr >= 1, n_arr, 1.0))
-    out = np.where(n_arr >= 2, half, np.nan)
+    """:func:`oak.engine.metrics.ci_half_width`, also element-wise on Series (a Series with ``sd``'s index)."""
+    out = ci_half_width(sd, n)
     if isinstance(sd, pd.Series):
         return pd.Series(out, index=sd.index)
-    return out if out.ndim else float(out)
+    return out
 
 
 def mean_ci(values: Iterable[float]) -> tuple[float, float, int]:

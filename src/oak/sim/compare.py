@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import signal
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from oak.engine.metrics import RunResult
+from oak.engine.metrics import RunResult, ci_half_width
 from oak.engine.rules import PhysicsOptions
 from oak.model.cluster import cluster_preset
 from oak.policies import make_policy
@@ -225,11 +226,8 @@ def summarise(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     for (wl, pol, lam), runs in groups.items():
         s = [r.summary() for r in runs]
         means = np.array([x["mean_jct_s"] for x in s])
-        ci = None
-        if len(means) > 1:  # Student's t over the seeds, as oak reproduce's report (a normal quantile is too narrow)
-            from scipy import stats
-
-            ci = float(stats.t.ppf(0.975, len(means) - 1) * means.std(ddof=1) / np.sqrt(len(means)))
+        half = ci_half_width(means.std(ddof=1), len(means)) if len(means) > 1 else math.nan
+        ci = None if math.isnan(half) else half
         rows.append(
             {
                 "workload": wl,

@@ -99,7 +99,6 @@ class Simulator:
         delay: the rest of the delay counts as running (T_progress), not restoring or queueing, as the runtime
         counts the tick that saw the job past its resume step."""
         self.model = ClusterModel(workload, cluster, catalog, physics)
-        _check_jitter(self.model.physics, workload)
         self._ckpt: _Checkpoints | None = None
         self._index = {j.name: i for i, j in enumerate(workload.jobs)}
         for name, value in (restore_s or {}).items():
@@ -767,28 +766,6 @@ class Simulator:
             st.ckpt_tprog[i] = st.t_progress[i]  # a move checkpoints first: the restart resumes from here
             if ph.queue_clock == "since-last-run":
                 st.t_queue[i] = 0.0
-
-
-def _check_jitter(physics: PhysicsOptions, workload: Workload) -> None:
-    """Refuse an ``arrival_jitter_s`` that can delay a job's arrival to the horizon or past it.
-
-    The jitter delays each submission by a seeded uniform in [0, J), so a job submitted at s arrives before
-    s + J; ``ClusterModel`` already refuses a submission at or after the horizon (the job would never arrive).
-    A job whose jittered arrival fell past the horizon would likewise never be part of the run: unfinished, and
-    counted at a censored JCT of 0 (``RunResult.jcts``), lowering the run's mean for a job that never arrived
-    (before this check: end − arrival < 0). So J must not exceed the gap from the last submission to the horizon,
-    whatever the seed: every seed then runs the same jobs, and no embedded workload's result changes."""
-    jitter, horizon = physics.arrival_jitter_s, physics.horizon_s
-    if jitter <= 0 or not workload.jobs:
-        return
-    last = max(workload.jobs, key=lambda j: j.submit_time_s)
-    if last.submit_time_s + jitter > horizon:
-        raise OakInputError(
-            f"--arrival-jitter {jitter:g}: can delay job {last.name!r} of workload {workload.name!r} (submitted at "
-            f"{last.submit_time_s:g} s) up to {last.submit_time_s + jitter:g} s, past the horizon of {horizon:g} s "
-            f"(--horizon), where it would never arrive; expected a jitter of at most {horizon - last.submit_time_s:g} s "
-            "(the gap from the last submission to the horizon), or a longer --horizon"
-        )
 
 
 def simulate(

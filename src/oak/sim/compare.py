@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
-import signal
-import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,6 +15,7 @@ from oak.engine.metrics import RunResult, ci_half_width
 from oak.engine.rules import PhysicsOptions
 from oak.model.cluster import cluster_preset
 from oak.policies import make_policy
+from oak.sim.pool import WorkerPool
 from oak.sim.simulator import ProgressObserver, Simulator
 from oak.solve.assignment import load_kernels
 from oak.workloads import load_workload
@@ -142,52 +139,26 @@ def run_pool(
     done: Callable[[int, RunResult], None],
     order_name: str = "longest-first",
 ) -> None:
-    """Run ``specs`` on ``workers`` processes, longest first (:class:`LongestFirst`, or another of ``ORDERS``);
-    ``done(i, result)`` as each finishes. At most ``workers`` runs are handed to the pool at a time, so the order
-    is decided as runs end."""
+    """Run ``specs`` on ``workers`` processes (:class:`oak.sim.pool.WorkerPool`), longest first
+    (:class:`LongestFirst`, or another of ``ORDERS``); ``done(i, result)`` as each finishes. A run is handed out
+    only when a worker is free, so the order is decided as runs end. An exception (Ctrl-C, a failed run, a callback
+    that raised) ends the workers at once: the runs still going are abandoned, not waited for (a stress run takes
+    minutes), and nothing half-done is delivered."""
     order = ORDERS[order_name](specs)
     kernels = sweep_kernels(specs)
-    before = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_start, initargs=(kernels,))
-    try:
-        pending: dict[Future[RunResult], int] = {}
-        while order or pending:
-            while order and len(pending) < workers:
+    with WorkerPool(max(1, min(workers, len(specs))), run_one, _worker_start, (kernels,)) as pool:
+        while order or pool.busy:
+            while order and pool.idle:
                 i = order.pop()
-                pending[pool.submit(run_one, specs[i])] = i
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                i = pending.pop(fut)
-                res = fut.result()
+                pool.submit(i, specs[i])
+            for i, res in pool.results():
                 order.observed(specs[i], res.wall_s)
                 done(i, res)
-    except BaseException:
-        # Ctrl-C, a failed run, a callback that raised: the runs still going are abandoned, not waited for (a
-        # stress run takes minutes); their results were never delivered, so nothing half-done is kept
-        pool.shutdown(wait=False, cancel_futures=True)
-        _end_children(before)
-        # the pool's manager thread may start a worker in place of one just ended: it is ended once that thread,
-        # seeing its pool broken, is done (waited for at most 10 s in a thread of its own)
-        closing = threading.Thread(target=pool.shutdown, kwargs={"wait": True}, daemon=True)
-        closing.start()
-        closing.join(10.0)
-        _end_children(before)
-        raise
-    pool.shutdown(wait=True)
-
-
-def _end_children(before: set[Any]) -> None:
-    """Terminate and join (5 s each at most) the multiprocessing children not in ``before``."""
-    for proc in set(multiprocessing.active_children()) - before:
-        proc.terminate()
-        proc.join(5.0)
 
 
 def _worker_start(kernels: bool) -> None:
-    """A pool worker's start: Ctrl-C is left to the parent (which ends the workers). A worker interrupted while it
-    reads the pool's task queue would die holding the queue's lock, and the other workers and the parent, joining
-    them at exit, would wait on it for ever. With ``kernels``, the compiled round kernels are loaded."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """A pool worker's start: with ``kernels``, the compiled round kernels are loaded (a forked worker has them
+    from the parent already)."""
     if kernels:
         load_kernels()
 

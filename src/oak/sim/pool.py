@@ -1,0 +1,185 @@
+"""A process pool for sweeps: one pipe per worker and no thread in the parent.
+
+``concurrent.futures.ProcessPoolExecutor`` reads every worker's results through one queue in a manager thread,
+which the interpreter joins at exit. A worker ended while it wrote a result (a sweep's Ctrl-C or SIGTERM ends the
+runs still going) leaves half a message in that queue, whose write end the parent also holds: the thread waits for
+the rest for ever, and so does the parent's exit. Here each worker has a pipe of its own whose other end only the
+worker holds, so a worker that dies mid-message gives the parent an end of file, not a wait; and the parent reads
+the pipes itself, in the calls that hand out and collect work, so nothing is left to join at exit."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import pickle
+import signal
+import traceback
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection, wait
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: How long a worker may take to end once asked (its last task done), and once terminated, before it is killed.
+END_WAIT_S = 5.0
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended while it ran a task (killed, out of memory, a crash in native code)."""
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker (set as the re-raised exception's ``__cause__``)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _serve(
+    conn: Connection, fn: Callable[[Any], Any], initializer: Callable[..., None] | None, initargs: tuple[Any, ...]
+) -> None:
+    """A worker: run ``fn`` on each task received until ``None`` (or the parent's end of the pipe closes).
+    Ctrl-C is left to the parent, which ends its workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if initializer is not None:
+        initializer(*initargs)
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        try:
+            reply: tuple[str, Any] = ("ok", fn(task))
+        except BaseException as exc:  # every failure goes back to the parent, which re-raises it
+            reply = ("error", _portable(exc))
+        conn.send(reply)
+
+
+def _portable(exc: BaseException) -> tuple[BaseException, str]:
+    """The exception and its formatted traceback, the exception replaced by a RuntimeError naming it where it
+    cannot be pickled."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # any pickling failure: send its description instead
+        exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc, text
+
+
+class _Worker:
+    def __init__(self, ctx: Any, args: tuple[Any, ...]) -> None:
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=_serve, args=(child, *args), name="oak-sweep-worker")
+        self.proc.start()
+        child.close()  # the worker holds the only other end: its death is an end of file here
+        self.task: int | None = None  # the id of the task it runs
+
+
+class WorkerPool(Generic[T, R]):
+    """``workers`` processes that each run ``fn(task)``; ``initializer(*initargs)`` once in each first.
+
+    :meth:`submit` hands a task to an idle worker, :meth:`results` yields ``(id, result)`` as tasks end (the
+    worker's exception re-raised here, with its traceback as the cause; :class:`WorkerDied` if it died). Leaving
+    the ``with`` block normally lets the workers end; leaving it by an exception terminates them at once (the
+    tasks still going are abandoned)."""
+
+    def __init__(
+        self,
+        workers: int,
+        fn: Callable[[T], R],
+        initializer: Callable[..., None] | None = None,
+        initargs: tuple[Any, ...] = (),
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers {workers}: expected a positive integer")
+        ctx = multiprocessing.get_context()
+        self._workers: list[_Worker] = []
+        try:
+            for _ in range(workers):
+                self._workers.append(_Worker(ctx, (fn, initializer, initargs)))
+        except BaseException:
+            self._terminate()
+            raise
+
+    def __enter__(self) -> WorkerPool[T, R]:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if kind is None:
+            self._finish()
+        else:
+            self._terminate()
+
+    @property
+    def pids(self) -> list[int]:
+        """The workers' process ids."""
+        return [w.proc.pid for w in self._workers if w.proc.pid is not None]
+
+    @property
+    def idle(self) -> int:
+        return sum(w.task is None for w in self._workers)
+
+    @property
+    def busy(self) -> int:
+        return len(self._workers) - self.idle
+
+    def submit(self, task_id: int, task: T) -> None:
+        """Start ``task`` on an idle worker (there must be one: :attr:`idle`)."""
+        worker = next(w for w in self._workers if w.task is None)
+        worker.conn.send(task)
+        worker.task = task_id
+
+    def results(self) -> Iterator[tuple[int, R]]:
+        """Wait until at least one running task ends; yield ``(id, result)`` for each that has."""
+        running = [w for w in self._workers if w.task is not None]
+        if not running:
+            return
+        ready = set(wait([w.conn for w in running] + [w.proc.sentinel for w in running]))
+        for w in running:
+            if w.conn not in ready and w.proc.sentinel not in ready:
+                continue
+            task_id = w.task
+            assert task_id is not None
+            try:
+                kind, payload = w.conn.recv()
+            except (EOFError, OSError):
+                w.proc.join(END_WAIT_S)
+                raise WorkerDied(
+                    f"a sweep's worker (pid {w.proc.pid}) ended with exit code {w.proc.exitcode} while it ran "
+                    f"task {task_id}"
+                ) from None
+            w.task = None
+            if kind == "error":
+                error, text = payload
+                raise error from RemoteTraceback(text)
+            yield task_id, payload
+
+    def _finish(self) -> None:
+        for w in self._workers:
+            with contextlib.suppress(OSError):  # a worker gone already
+                w.conn.send(None)
+        for w in self._workers:
+            w.proc.join(END_WAIT_S)
+        self._terminate()
+
+    def _terminate(self) -> None:
+        """End every worker: SIGTERM, then SIGKILL for one still there after :data:`END_WAIT_S`."""
+        for w in self._workers:
+            if w.proc.is_alive():
+                w.proc.terminate()
+        for w in self._workers:
+            w.proc.join(END_WAIT_S)
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join()
+            w.conn.close()
+            w.proc.close()
+        self._workers = []

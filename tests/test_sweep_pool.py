@@ -1,0 +1,97 @@
+"""The sweeps' process pool (oak.sim.pool): results, errors, and workers that die — mid-message included."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from oak.sim.pool import RemoteTraceback, WorkerPool
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+class _Unpicklable(Exception):
+    def __init__(self, lock: object) -> None:
+        super().__init__("holds a lock")
+        self.lock = lock
+
+
+def _fail(kind: str) -> int:
+    if kind == "value":
+        raise ValueError("bad task")
+    import threading
+
+    raise _Unpicklable(threading.Lock())
+
+
+def test_results_come_back_with_their_ids() -> None:
+    got: dict[int, int] = {}
+    tasks = list(range(7))
+    with WorkerPool(2, _square) as pool:
+        while tasks or pool.busy:
+            while tasks and pool.idle:
+                x = tasks.pop()
+                pool.submit(x, x)
+            got.update(pool.results())
+    assert got == {x: x * x for x in range(7)}
+
+
+def test_a_worker_error_is_raised_here_with_its_traceback() -> None:
+    with pytest.raises(ValueError, match="bad task") as info, WorkerPool(1, _fail) as pool:
+        pool.submit(0, "value")
+        list(pool.results())
+    assert isinstance(info.value.__cause__, RemoteTraceback)
+    assert "in _fail" in str(info.value.__cause__)  # the worker's own frames
+    with pytest.raises(RuntimeError, match="_Unpicklable: holds a lock"), WorkerPool(1, _fail) as pool:
+        pool.submit(0, "lock")
+        list(pool.results())
+
+
+#: A worker stopped half-way through sending a result larger than its pipe holds, then killed. The parent must get
+#: an error at once and exit: a reader that held the pipe's other end too (as concurrent.futures' shared result
+#: queue does) would wait for the rest of the message for ever.
+_KILLED_MID_MESSAGE = """
+import os, signal, sys, time
+from oak.sim.pool import WorkerDied, WorkerPool
+
+def big(n):
+    return b"x" * n
+
+with WorkerPool(1, big) as pool:
+    pool.submit(0, 64 << 20)
+    time.sleep(1.0)  # the worker fills the pipe and waits for this process to read
+    (pid,) = pool.pids
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    try:
+        list(pool.results())
+    except WorkerDied as exc:
+        print("died:", exc)
+    else:
+        sys.exit("no WorkerDied")
+"""
+
+
+def test_a_worker_killed_mid_message_is_reported_not_waited_for() -> None:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _KILLED_MID_MESSAGE], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"exit code {-signal.SIGKILL} while it ran task 0" in proc.stdout
+    assert time.monotonic() - t0 < 30
+
+
+def test_leaving_by_an_exception_ends_the_workers_at_once() -> None:
+    with pytest.raises(KeyboardInterrupt), WorkerPool(2, time.sleep) as pool:
+        pool.submit(0, 600.0)
+        pids = pool.pids
+        raise KeyboardInterrupt
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

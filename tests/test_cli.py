@@ -91,6 +91,11 @@ def test_workloads_list_and_show() -> None:
         (("simulate", "--policy", "pollux", "--population", "1"), "population=1"),
         (("compare", "--policies", "oak,sia", "--generations", "5"), "--generations applies only"),
         (("compare", "--failure-rates", "0.1,0.10"), "--failure-rates: duplicate value in '0.1,0.10'"),
+        # a name list with a name left out was run without it; a list of floats was refused
+        (("compare", "--policies", "oak,"), "--policies 'oak,': an empty name"),
+        (("compare", "--policies", "oak,sia,oak"), "--policies 'oak,sia,oak': a name given twice"),
+        (("bench", "decision", "--policies", ",sia"), "--policies ',sia': an empty name"),
+        (("reproduce", "table2,,fig3-baselines", "--quick"), "experiment 'table2,,fig3-baselines': an empty name"),
         # a mistyped seed count used to fill memory with run specs before anything ran
         (("compare", "--seeds", "1000000000"), "6,000,000,000 runs; at most 100,000 in one sweep"),
         (("reproduce", "fig3-baselines", "--seeds", "1000000000"), "at most 100,000 in one sweep"),

@@ -14,7 +14,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from oak.cli.common import ClusterOpt, JsonOpt, bench_app, check_sweep_size, console, fail
+from oak.cli.common import ClusterOpt, JsonOpt, bench_app, check_sweep_size, console, fail, name_list
 from oak.policies.base import PolicyBase
 
 
@@ -381,7 +381,7 @@ def bench_decision(
         return
     if rounds < 1 or repeat < 1:
         fail("--rounds and --repeat: expected positive integers")
-    names = [x.strip() for x in policies.split(",") if x.strip()]
+    names = name_list(policies, "--policies")
     for n in names:
         if n not in policy_names():
             fail(f"--policies: {n!r} is unknown; expected some of {', '.join(policy_names())}")
@@ -595,9 +595,7 @@ def bench_sweep(
     from oak.io_util import write_json
     from oak.sim.compare import RunSpec, run_one, run_pool, sweep_kernels
 
-    names = [x.strip() for x in policies.split(",") if x.strip()]
-    if not names:
-        fail("--policies: expected at least one policy name")
+    names = name_list(policies, "--policies")
     lams = _floats(failure_rates, "--failure-rates")
     for opt, v in (("--seeds", seeds), ("--workers", workers), ("--repeat", repeat)):
         if v < 1:
@@ -775,7 +773,7 @@ def bench_reasons(
 
     if rounds < 1 or repeat < 1:
         fail("--rounds and --repeat: expected positive integers")
-    names = [x.strip() for x in policies.split(",") if x.strip()]
+    names = name_list(policies, "--policies")
     for n in names:
         if n not in policy_names():
             fail(f"--policies: {n!r} is unknown; expected some of {', '.join(policy_names())}")

@@ -70,6 +70,19 @@ def fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
+def name_list(text: str, what: str, example: str = "oak,sia") -> list[str]:
+    """The names of a comma-separated option (``what``: the option), stripped; exit 2 on an empty list, an empty
+    name (``oak,``: a name left out) or a name given twice."""
+    names = [x.strip() for x in text.split(",")]
+    if not any(names):
+        fail(f"{what}: expected at least one name (a comma-separated list such as {example})")
+    if not all(names):
+        fail(f"{what} {text!r}: an empty name (expected a comma-separated list such as {example})")
+    if len(set(names)) != len(names):
+        fail(f"{what} {text!r}: a name given twice")
+    return names
+
+
 #: the most runs one sweep takes (``oak compare``, ``oak reproduce``, ``oak bench sweep``): a mistyped --seeds
 #: would otherwise fill memory with run specs before the first run starts (100,000 runs of the 4-job workload
 #: take ~3 h on 2 cores)

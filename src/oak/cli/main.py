@@ -25,6 +25,7 @@ from oak.cli.common import (
     err_console,
     fail,
     jobs_table,
+    name_list,
     output_file,
     progress_bar,
     with_physics_options,
@@ -238,11 +239,7 @@ def compare(
     from oak.sim.compare import RunSpec, common_node_failures, run_many, summarise
 
     physics = with_rules(physics, rules)
-    names = [x.strip() for x in policies.split(",") if x.strip()]
-    if not names:
-        fail("--policies: expected at least one policy name")
-    if len(set(names)) != len(names):
-        fail(f"--policies: duplicate policy in {names}")
+    names = name_list(policies, "--policies")
     lams = _floats(failure_rates, "--failure-rates")
     if seeds < 1:
         fail(f"--seeds {seeds}: expected a positive integer")

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from oak.cli.common import app, check_sweep_size, console, err_console, fail, output_dir, progress_bar
+from oak.cli.common import app, check_sweep_size, console, err_console, fail, name_list, output_dir, progress_bar
 
 
 @app.command()
@@ -104,7 +104,7 @@ def reproduce(
         check_sweep_size(seeds, f"--seeds {seeds}")  # a cell's runs, before every cell's are listed
     if workers is not None and workers < 1:
         fail(f"--workers {workers}: expected a positive integer")
-    names = list(PAPER_EXPERIMENTS) if experiment == "all" else [x.strip() for x in experiment.split(",") if x.strip()]
+    names = list(PAPER_EXPERIMENTS) if experiment == "all" else name_list(experiment, "experiment", "fig3-baselines")
     for n in names:
         if n not in EXPERIMENTS:
             fail(f"experiment {n!r} is unknown; expected 'all' or one of {', '.join(EXPERIMENTS)}")
@@ -131,7 +131,7 @@ def reproduce(
 
     if goodput not in GOODPUT_KNOWLEDGE:
         fail(f"--goodput {goodput!r}: expected one of {', '.join(GOODPUT_KNOWLEDGE)}")
-    extra = tuple(x.strip() for x in (add_policies or "").split(",") if x.strip())
+    extra = tuple(name_list(add_policies, "--add-policies", "gavel,drf")) if add_policies is not None else ()
     if extra and "fig3-baselines" not in names:
         fail("--add-policies applies to the experiment fig3-baselines (every baseline, λ = 0, paired runs)")
     from oak.failures.hardware import parse_failure_model

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from oak.cli.common import JsonOpt, app, console, err_console, fail, output_file, progress_bar
+from oak.cli.common import JsonOpt, app, console, err_console, fail, name_list, output_file, progress_bar
 
 
 def _trace_of(source: Path) -> dict[str, Any]:
@@ -80,12 +80,10 @@ def replay(
     trace = _trace_of(source)
     own = str(trace["run"]["policy"])
     names = []
-    for x in (p.strip() for p in policies.split(",")):
+    for x in name_list(policies, "--policies", "own,sia"):
         name = own if x == "own" else x
-        if name and name not in names:
+        if name not in names:  # "own" may name a policy given too
             names.append(name)
-    if not names:
-        fail("--policies: expected at least one policy name")
     if seeds < 1:
         fail(f"--seeds {seeds}: expected a positive integer")
     from oak.policies import make_policy

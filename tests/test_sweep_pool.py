@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,48 @@ def test_leaving_by_an_exception_ends_the_workers_at_once() -> None:
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+_KILLED_PARENT = """
+import time
+from pathlib import Path
+from oak.sim.pool import WorkerPool
+
+with WorkerPool(2, time.sleep) as pool:
+    pool.submit(0, 600.0)  # one worker busy for ten minutes, one idle
+    print(*pool.pids, flush=True)
+    time.sleep(600.0)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for its reaper is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process states from /proc")
+def test_a_killed_parent_leaves_no_worker_running(tmp_path: Path) -> None:
+    """SIGKILL of a sweep (the OOM killer, kill -9) ends its workers too: the busy one by the kernel's parent-death
+    signal, the idle one as well (or, without that signal, at its next check of its parent)."""
+    out = tmp_path / "out"
+    with out.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-c", _KILLED_PARENT], stdout=sink, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60.0
+        while not out.read_text().strip():
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.05)
+        pids = [int(x) for x in out.read_text().split()]
+        assert all(_running(pid) for pid in pids)
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10.0
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in pids if _running(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"workers {left} outlived their parent"

@@ -10,9 +10,12 @@ the pipes itself, in the calls that hand out and collect work, so nothing is lef
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
+import os
 import pickle
 import signal
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
@@ -21,6 +24,9 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+#: How often an idle worker checks that its parent is still there.
+PARENT_CHECK_S = 1.0
 
 #: How long a worker may take to end once asked (its last task done), and once terminated, before it is killed.
 END_WAIT_S = 5.0
@@ -41,16 +47,38 @@ class RemoteTraceback(Exception):
         return self.text
 
 
+def _die_with(parent: int) -> None:
+    """End this process when ``parent`` ends (a killed sweep leaves no worker running its last task): on Linux the
+    kernel's parent-death signal; then a check that the parent was not gone already."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
 def _serve(
-    conn: Connection, fn: Callable[[Any], Any], initializer: Callable[..., None] | None, initargs: tuple[Any, ...]
+    conn: Connection,
+    parent: int,
+    fn: Callable[[Any], Any],
+    initializer: Callable[..., None] | None,
+    initargs: tuple[Any, ...],
 ) -> None:
-    """A worker: run ``fn`` on each task received until ``None`` (or the parent's end of the pipe closes).
-    Ctrl-C is left to the parent, which ends its workers."""
+    """A worker: run ``fn`` on each task received until ``None``, the parent's end of the pipe closes, or the
+    parent is gone (checked every :data:`PARENT_CHECK_S` while idle, where no parent-death signal exists). Ctrl-C
+    is left to the parent, which ends its workers."""
+    _die_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if initializer is not None:
         initializer(*initargs)
     while True:
         try:
+            while not conn.poll(PARENT_CHECK_S):
+                if os.getppid() != parent:
+                    return
             task = conn.recv()
         except (EOFError, OSError):
             return
@@ -60,7 +88,10 @@ def _serve(
             reply: tuple[str, Any] = ("ok", fn(task))
         except BaseException as exc:  # every failure goes back to the parent, which re-raises it
             reply = ("error", _portable(exc))
-        conn.send(reply)
+        try:
+            conn.send(reply)
+        except OSError:  # the parent is gone (killed): nobody to tell
+            return
 
 
 def _portable(exc: BaseException) -> tuple[BaseException, str]:
@@ -77,7 +108,7 @@ def _portable(exc: BaseException) -> tuple[BaseException, str]:
 class _Worker:
     def __init__(self, ctx: Any, args: tuple[Any, ...]) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_serve, args=(child, *args), name="oak-sweep-worker")
+        self.proc = ctx.Process(target=_serve, args=(child, os.getpid(), *args), name="oak-sweep-worker")
         self.proc.start()
         child.close()  # the worker holds the only other end: its death is an end of file here
         self.task: int | None = None  # the id of the task it runs

@@ -70,6 +70,35 @@ def fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
+def check_outputs(outputs: dict[str, Path | None], inputs: dict[str, str | Path | None]) -> None:
+    """Exit 2 before any work where an output option names the file of an input (it would be overwritten with no
+    word: ``--workload w.csv --json w.csv``) or the file of another output (one would replace the other). Keys are
+    the options' names; an input that is not a file (an embedded workload's name) is skipped."""
+    given = [(opt, Path(path)) for opt, path in outputs.items() if path is not None]
+    for i, (opt, path) in enumerate(given):
+        for other, other_path in given[:i]:
+            if _same_file(path, other_path):
+                fail(f"{other} and {opt} name the same file {path}: each output needs a file of its own")
+        for source, text in inputs.items():
+            if text is not None and Path(text).is_file() and _same_file(path, Path(text)):
+                fail(f"{opt} {path}: that is the {source} input, which it would overwrite")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return a.samefile(b)
+    except OSError:
+        pass
+    return a.resolve() == b.resolve()
+
+
+def policy_file(policy: str) -> str | None:
+    """The file of a policy given as ``FILE.py:NAME`` (None for a built-in name or ``MODULE:NAME``)."""
+    head = policy.rpartition(":")[0]
+    return head if head.endswith(".py") else None
+
+
 def name_list(text: str, what: str, example: str = "oak,sia") -> list[str]:
     """The names of a comma-separated option (``what``: the option), stripped; exit 2 on an empty list, an empty
     name (``oak,``: a name left out) or a name given twice."""

@@ -20,6 +20,7 @@ from oak.cli.common import (
     SolverOpt,
     app,
     catalog_app,
+    check_outputs,
     check_sweep_size,
     console,
     err_console,
@@ -27,6 +28,7 @@ from oak.cli.common import (
     jobs_table,
     name_list,
     output_file,
+    policy_file,
     progress_bar,
     with_physics_options,
     workloads_app,
@@ -110,6 +112,10 @@ def simulate(
     from oak.io_util import write_json
     from oak.sim.compare import RunSpec, run_one
 
+    check_outputs(
+        {"--json": json_path, "--trace-jobs": trace_jobs, "--trace-plot": trace_plot},
+        {"--workload": workload, "--policy": policy_file(policy)},
+    )
     physics = with_rules(physics, rules)
     params = _policy_params(
         [policy], solver, p=p, alpha=alpha, k_max=k_max, mu_na=mu_na, population=population, generations=generations
@@ -240,6 +246,7 @@ def compare(
 
     physics = with_rules(physics, rules)
     names = name_list(policies, "--policies")
+    check_outputs({"--json": json_path}, {"--workload": workload, **{n: policy_file(n) for n in names}})
     lams = _floats(failure_rates, "--failure-rates")
     if seeds < 1:
         fail(f"--seeds {seeds}: expected a positive integer")
@@ -373,6 +380,7 @@ def workloads_synth(
 
     if source != "philly":
         raise OakInputError(f"--from {source!r}: expected philly (the only trace family so far)")
+    check_outputs({"--out": out}, {"--trace": trace})
     k = float(preset_scale(cluster)) if scale is None else scale
     text, made = synth_workload_text(jobs, cluster, k, seed, trace)
     try:

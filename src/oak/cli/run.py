@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 from rich.markup import escape
 
-from oak.cli.common import app, console, err_console, fail, jobs_table, output_dir, output_file
+from oak.cli.common import (
+    app,
+    check_outputs,
+    console,
+    err_console,
+    fail,
+    jobs_table,
+    output_dir,
+    output_file,
+    policy_file,
+)
 
 if TYPE_CHECKING:
     from oak.runtime.executor import Executor
@@ -96,6 +106,7 @@ def run_jobs(
 
     if (gpus is None) == (cpu_slots is None):
         fail("give exactly one of --gpus auto|N and --cpu-slots N")
+    check_outputs({"--json": json_path}, {"JOBS_FILE": jobs_file, "--policy": policy_file(policy)})
     if backend not in ("local", "ray", "slurm"):
         fail(f"--backend {backend!r}: expected local, ray or slurm")
     # every plain parameter is checked before anything is loaded or built, with the option's name

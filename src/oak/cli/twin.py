@@ -9,7 +9,17 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from oak.cli.common import JsonOpt, app, console, err_console, fail, name_list, output_file, progress_bar
+from oak.cli.common import (
+    JsonOpt,
+    app,
+    check_outputs,
+    console,
+    err_console,
+    fail,
+    name_list,
+    output_file,
+    progress_bar,
+)
 
 
 def _trace_of(source: Path) -> dict[str, Any]:
@@ -44,6 +54,7 @@ def export_trace_cmd(
 
     if not run_dir.is_dir():
         fail(f"{run_dir}: no such run directory")
+    check_outputs({"--out": out, "--failures": failures}, {})
     trace = export_trace(run_dir)
     write_json(out, trace)
     console.print(f"wrote {out}: {len(trace['jobs'])} job(s), {len(trace['failures'])} failure(s) logged")
@@ -77,6 +88,7 @@ def replay(
     from oak.sim.compare import summarise
     from oak.twin import gap, replay
 
+    check_outputs({"--json": json_path}, {"SOURCE": source})
     trace = _trace_of(source)
     own = str(trace["run"]["policy"])
     names = []

@@ -1,0 +1,46 @@
+"""An output option never overwrites an input of the same command, nor another output (each case ran and
+replaced the file with no word)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from oak.cli.main import app
+
+WORKLOAD = "name,submit_time_s,application,min_gpus,max_gpus\nj1,0,cifar10,1,8\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["simulate", "--workload", "w.csv", "--json", "w.csv"], "--json w.csv: that is the --workload input"),
+        (["simulate", "--workload", "w.csv", "--trace-jobs", "./w.csv"], "that is the --workload input"),
+        (["simulate", "--workload", "small", "--json", "o", "--trace-jobs", "o"], "--json and --trace-jobs name"),
+        (["compare", "--workload", "w.csv", "--json", "w.csv", "--seeds", "1"], "that is the --workload input"),
+        (["workloads", "synth", "--jobs", "3", "--trace", "t.csv", "--out", "t.csv"], "--out t.csv: that is the"),
+    ],
+)
+def test_an_output_naming_an_input_or_another_output_is_refused(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w.csv").write_text(WORKLOAD)
+    (tmp_path / "t.csv").write_text("raw trace\n")
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert message in " ".join(res.output.split())
+    assert (tmp_path / "w.csv").read_text() == WORKLOAD and (tmp_path / "t.csv").read_text() == "raw trace\n"
+    assert not (tmp_path / "o").exists()
+
+
+def test_distinct_outputs_are_written(tmp_path: Path) -> None:
+    (tmp_path / "w.csv").write_text(WORKLOAD)
+    out = [str(tmp_path / n) for n in ("run.json", "trace.parquet")]
+    res = CliRunner().invoke(
+        app, ["simulate", "--workload", str(tmp_path / "w.csv"), "--json", out[0], "--trace-jobs", out[1]]
+    )
+    assert res.exit_code == 0, res.output
+    assert all(Path(p).stat().st_size > 0 for p in out)

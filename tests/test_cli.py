@@ -86,6 +86,9 @@ def test_workloads_list_and_show() -> None:
         (("simulate", "--solver", "cplex"), "--solver"),
         (("compare", "--failure-rates", "0,x"), "'x' is not a number"),
         (("compare", "--seeds", "0"), "--seeds"),
+        # seeds are mixed modulo 2^64: -1 was the run of 2^64 - 1, 2^64 that of 0, each labelled as typed
+        (("simulate", "--seed", "-1"), "--seed -1: expected an integer from 0 to 2^64 - 1"),
+        (("simulate", "--seed", str(1 << 64)), "--seed 18446744073709551616: expected an integer from 0 to 2^64"),
         (("simulate", "--cluster", "huge"), "cluster preset"),
         (("simulate", "--policy", "sia", "--alpha", "0.1"), "--alpha applies only to the policies"),
         (("simulate", "--policy", "pollux", "--population", "1"), "population=1"),

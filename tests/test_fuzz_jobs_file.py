@@ -284,7 +284,8 @@ BAD_PARAMETERS: list[tuple[tuple[str, ...], str]] = [
     (("--round-seconds", "0"), "--round-seconds 0.0: expected a positive number of seconds"),
     (("--round-seconds", "inf"), "--round-seconds inf"),
     (("--time-limit", "-1"), "--time-limit -1.0"),
-    (("--seed", "-1"), "--seed -1: expected an integer >= 0"),
+    (("--seed", "-1"), "--seed -1: expected an integer from 0 to 2^64 - 1"),
+    (("--seed", str(1 << 64)), "--seed 18446744073709551616: expected an integer from 0 to 2^64 - 1"),
     (("--policy", "nope"), "policy 'nope' is unknown"),
     (("--policy", "pollux", "--backend", "x"), "--backend 'x'"),
     (("--cpu-slots", "x"), "Invalid value for '--cpu-slots'"),  # typer's own usage error: also status 2

@@ -184,3 +184,18 @@ def test_an_option_the_rules_would_override_is_refused(command: str, option: lis
     extra = ["--seeds", "1", "--failure-rates", "0", "--workers", "1"] if command == "compare" else []
     ok = CliRunner().invoke(app, [*base, *extra, "--bootstrap", "--round", "30"])
     assert ok.exit_code == 0, ok.output
+
+
+@pytest.mark.parametrize("seed", [-1, 1 << 64, 2.0, True])
+def test_the_simulator_refuses_a_seed_that_is_not_64_bit(seed: object) -> None:
+    """The failure streams mix ``seed mod 2^64``: -1 and 2^64 - 1 would be one run under two labels."""
+    from oak.errors import OakInputError
+    from oak.model.cluster import cluster_preset
+    from oak.policies import make_policy
+    from oak.sim.simulator import Simulator
+    from oak.workloads import load_workload
+
+    sim = Simulator(load_workload("small"), cluster_preset("paper-12"))
+    with pytest.raises(OakInputError, match="expected an integer from 0 to 2\\^64 - 1"):
+        sim.run(make_policy("oak"), 0.1, seed)  # type: ignore[arg-type]
+    assert sim.run(make_policy("oak"), 0.1, (1 << 64) - 1).jobs

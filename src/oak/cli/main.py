@@ -212,6 +212,10 @@ def _check_spec(spec: Any) -> None:
     load_workload(spec.workload, known_apps=Catalog.load().apps.keys())
     if not 0.0 <= spec.failure_rate <= 1.0:
         raise OakInputError(f"--failure-rate {spec.failure_rate!r}: expected a probability in [0, 1]")
+    from oak.failures.rng import seed_problem
+
+    if (problem := seed_problem(spec.seed)) is not None:
+        raise OakInputError(f"--seed {problem}")
 
 
 @app.command()

@@ -188,8 +188,10 @@ def check_runtime_options(
     for name, v in seconds.items():
         if not (math.isfinite(v) and v > 0):
             fail(f"--{name.replace('_', '-')} {v!r}: expected a positive number of seconds")
-    if seed < 0:
-        fail(f"--seed {seed}: expected an integer >= 0")
+    from oak.failures.rng import seed_problem
+
+    if (problem := seed_problem(seed)) is not None:
+        fail(f"--seed {problem}")
     if max_retries < 1:
         fail(f"--max-retries {max_retries}: expected a positive integer")
 

@@ -21,6 +21,17 @@ STREAM_ARRIVAL = 3
 STREAM_STEP_NOISE = 4
 
 
+#: Seeds are 64-bit: the streams mix ``seed mod 2^64``, so a larger or negative seed would name another seed's run.
+SEED_LIMIT = 1 << 64
+
+
+def seed_problem(seed: object) -> str | None:
+    """Why ``seed`` is not a seed (an integer in [0, 2^64)), or None."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= int(seed) < SEED_LIMIT:
+        return f"{seed!r}: expected an integer from 0 to 2^64 - 1 (seeds are 64-bit)"
+    return None
+
+
 def _mix(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     with np.errstate(over="ignore"):
         z = (z ^ (z >> np.uint64(30))) * _M1

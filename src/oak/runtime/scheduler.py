@@ -124,9 +124,9 @@ class RuntimeOptions:
                 raise OakInputError(f"{name}={v!r}: expected a positive number of seconds")
         if self.time_limit_s is not None and not self.time_limit_s > 0:
             raise OakInputError(f"time_limit_s={self.time_limit_s!r}: expected a positive number of seconds")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer) or self.seed < 0:
-            # the workers seed numpy's SeedSequence with it, which rejects negative seeds
-            raise OakInputError(f"seed={self.seed!r}: expected an integer >= 0")
+        if (problem := rng.seed_problem(self.seed)) is not None:
+            # the failure streams mix it modulo 2^64; the workers seed numpy's SeedSequence, which rejects negatives
+            raise OakInputError(f"seed={problem}")
 
 
 def runtime_cluster(opts: RuntimeOptions) -> Cluster:

@@ -187,6 +187,8 @@ class Simulator:
         skipped. ``on_progress`` (a progress bar: :data:`ProgressObserver`) changes nothing in the run."""
         if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):
             raise OakInputError(f"failure rate {failure_rate!r}: expected a probability in [0, 1]")
+        if (problem := rng.seed_problem(seed)) is not None:
+            raise OakInputError(f"seed {problem}")
         wall_start = time.perf_counter()
         ph = self.model.physics
         n = self.model.n

@@ -116,6 +116,12 @@ def test_events_are_counter_based() -> None:
         ("llama3:scale=lots", "scale='lots': expected a number"),
         ("lemon:lemon_factor=0.5", "lemon_factor=0.5: expected >= 1"),
         ("domain:domain_nodes=0", "domain_rate needs domain_nodes >= 1"),
+        # each was accepted: ignored (paper), the last value taken, or the empty items dropped
+        ("paper:scale=2", "the paper's model takes no parameters"),
+        ("llama3:scale=300,scale=1", "scale given twice"),
+        ("llama3:node_rate=3,,", "an empty item"),
+        ("llama3:", "an empty item"),
+        ("domain:domain_nodes=2.5", "domain_nodes='2.5': expected an integer"),
     ],
 )
 def test_bad_failure_models_are_input_errors(text: str, message: str) -> None:

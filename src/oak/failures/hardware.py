@@ -251,7 +251,7 @@ PRESETS: dict[str, HardwareModel] = {
 def parse_failure_model(text: str) -> HardwareModel:
     """``NAME[:key=value,...]``: a preset with fields overridden (e.g. ``llama3:scale=300,repair_s=1800``);
     ``trace:FILE``: a failure log replayed (:mod:`oak.failures.trace`)."""
-    name, _, rest = text.strip().partition(":")
+    name, sep, rest = text.strip().partition(":")
     if name == "trace":
         if not rest.strip():
             raise OakInputError("--failure-model trace:FILE: expected the failure log's path after 'trace:'")
@@ -260,15 +260,24 @@ def parse_failure_model(text: str) -> HardwareModel:
     if base is None:
         raise OakInputError(f"--failure-model {text!r}: unknown model {name!r}; expected one of {', '.join(PRESETS)}")
     changes: dict[str, object] = {}
-    for part in (p for p in rest.split(",") if p.strip()):
+    if rest and name == "paper":
+        raise OakInputError(
+            f"--failure-model {text!r}: the paper's model takes no parameters (its rate is --failure-rate)"
+        )
+    for part in rest.split(",") if rest or sep else ():
         key, eq, value = part.partition("=")
         key = key.strip()
+        if not part.strip():
+            raise OakInputError(f"--failure-model {text!r}: an empty item; expected key=value[,key=value...]")
         if not eq or key not in _KEYS:
             raise OakInputError(
                 f"--failure-model {text!r}: {part!r}: expected key=value with key one of {', '.join(_KEYS)}"
             )
+        if key in changes:
+            raise OakInputError(f"--failure-model {text!r}: {key} given twice")
         try:
             changes[key] = int(value) if key == "domain_nodes" else float(value)
         except ValueError:
-            raise OakInputError(f"--failure-model {text!r}: {key}={value!r}: expected a number") from None
+            kind = "an integer" if key == "domain_nodes" else "a number"
+            raise OakInputError(f"--failure-model {text!r}: {key}={value!r}: expected {kind}") from None
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]

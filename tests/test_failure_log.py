@@ -29,10 +29,13 @@ HEADER = "time_s,job,node,kind,down_s\n"
         (HEADER + "10,a,1,crash,\n", ":2: expected exactly one of job and node"),
         (HEADER + "10,,,crash,\n", ":2: expected exactly one of job and node"),
         (HEADER + "ten,a,,crash,\n", ":2: time_s 'ten': expected a number of seconds"),
-        (HEADER + "-1,a,,crash,\n", ":2: time_s '-1': expected a finite number >= 0"),
+        (HEADER + "-1,a,,crash,\n", ":2: time_s '-1': expected a finite number of seconds >= 0"),
+        (HEADER + "1_000,a,,crash,\n", ":2: time_s '1_000': expected a number of seconds"),  # read as 1000 before
+        (HEADER + "1,,\u0663,node-loss,60\n", ":2: node '\u0663': expected a node index"),  # Arabic-Indic 3
+        (HEADER + "1,,0,node-loss,inf\n", ":2: down_s 'inf': expected a finite number of seconds > 0"),
         (HEADER + "1,a,,crash,60\n", ":2: down_s is a node's repair time"),
         (HEADER + "1,,x,node-loss,60\n", ":2: node 'x': expected a node index"),
-        (HEADER + "1,,0,node-loss,0\n", ":2: down_s '0': expected a number of seconds > 0"),
+        (HEADER + "1,,0,node-loss,0\n", ":2: down_s '0': expected a finite number of seconds > 0"),
         (HEADER + "1,a,,crash,\n2,a,crash\n", ":3: 3 field(s); expected 5"),
     ],
 )

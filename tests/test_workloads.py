@@ -70,11 +70,25 @@ def test_sia_trace_files_load() -> None:
             "name,time,application,Num_Replica,batch_size\nj,0,cifar10,4,128\n",
             r"missing num_replicas; misspelt\? 'Num_Replica' for 'num_replicas'",
         ),
+        # Python's number forms that no CSV writer produces were read silently: 1_000 as 1000, ٣ as 3
+        ("name,submit_time_s,application,min_gpus,max_gpus\nj,1_000,cifar10,1,2\n", "'1_000'; expected a number"),
+        ("name,submit_time_s,application,min_gpus,max_gpus\nj,0,cifar10,1,\u0663\n", "expected an integer"),
+        # a form feed or U+2028 inside a row split it in two (two jobs, or an error on the wrong line)
+        ("name,submit_time_s,application,min_gpus,max_gpus\nj\x0ck,0,cifar10,1,2\nl,0,bert,\n", "w.csv:3: 4"),
     ],
 )
 def test_malformed_workloads(text: str, message: str) -> None:
     with pytest.raises(OakInputError, match=message):
         read_workload_csv(text, "w.csv", "w", known_apps={"cifar10", "bert"})
+
+
+def test_a_row_is_split_at_line_ends_only() -> None:
+    """A job name holding a form feed or a Unicode line separator is one job on its own line, whatever the line
+    ends (\\n, \\r\\n, \\r)."""
+    for end in ("\n", "\r\n", "\r"):
+        rows = ["name,submit_time_s,application,min_gpus,max_gpus", "a\x0cb,0,cifar10,1,2", "c\u2028d,5,bert,1,2"]
+        w = read_workload_csv(end.join(rows) + end, "w.csv", "w", known_apps={"cifar10", "bert"})
+        assert [j.name for j in w.jobs] == ["a\x0cb", "c\u2028d"]
 
 
 def test_other_columns_are_ignored() -> None:

@@ -236,3 +236,27 @@ class AtomicParquetWriter:
             self.close()
         else:
             self.abort()
+
+
+def text_lines(text: str) -> list[str]:
+    """A text file's lines, split at ``\\n``, ``\\r\\n`` and ``\\r`` only. ``str.splitlines`` also splits at form
+    feeds, vertical tabs and Unicode separators (U+2028, U+0085, ...), which turned one CSV row holding one into
+    two rows and shifted the line numbers of errors."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def plain_float(raw: str) -> float:
+    """``float(raw)`` for plain ASCII numbers only (``1.5``, ``-2e3``, ``inf``); ValueError for the forms Python
+    also reads that no CSV or spreadsheet writes as a number: digit separators (``1_000``) and non-ASCII digits
+    (``٣``, full-width ``３``)."""
+    if not raw.isascii() or "_" in raw:
+        raise ValueError(f"not a plain number: {raw!r}")
+    return float(raw)
+
+
+def plain_int(raw: str) -> int:
+    """``int(raw)`` for plain ASCII integers only (see :func:`plain_float`)."""
+    if not raw.isascii() or "_" in raw:
+        raise ValueError(f"not a plain integer: {raw!r}")
+    return int(raw)

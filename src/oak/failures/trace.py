@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from oak.errors import OakInputError
+from oak.io_util import plain_float, text_lines
 
 KINDS = ("injected", "crash", "stall", "node-loss")
 """What can fail: the runtime's injected kill, a rank's error exit, a stall, a node lost or cut off."""
@@ -111,7 +112,7 @@ def load_failure_trace(path: str | Path) -> FailureTrace:
         text = p.read_text(encoding="utf-8-sig")  # a leading BOM is no header
     except (OSError, UnicodeDecodeError) as exc:
         raise OakInputError(f"--failure-model trace:{path}: cannot read the failure log ({exc})") from None
-    rows = csv.reader(text.splitlines())
+    rows = csv.reader(text_lines(text))
     header = next(rows, None)
     if header is None:
         raise OakInputError(f"{p}:1: empty failure log; expected the header {','.join(COLUMNS)}")
@@ -141,7 +142,7 @@ def load_failure_trace(path: str | Path) -> FailureTrace:
             raise OakInputError(f"{p}:{line}: expected exactly one of job and node (a job's failure or a node's)")
         node = -1
         if node_text:
-            if not node_text.isdigit():
+            if not (node_text.isascii() and node_text.isdigit()):
                 raise OakInputError(f"{p}:{line}: node {node_text!r}: expected a node index (an integer >= 0)")
             node = int(node_text)
         down_text = get.get("down_s", "")
@@ -149,9 +150,7 @@ def load_failure_trace(path: str | Path) -> FailureTrace:
         if down_text:
             if job:
                 raise OakInputError(f"{p}:{line}: down_s is a node's repair time; a job's line leaves it empty")
-            down = _number(p, line, "down_s", down_text)
-            if down <= 0:
-                raise OakInputError(f"{p}:{line}: down_s {down_text!r}: expected a number of seconds > 0")
+            down = _number(p, line, "down_s", down_text, positive=True)
         events.append(FailureEvent(time_s, kind, job, node, down))
     events.sort(key=lambda e: e.time_s)
     return FailureTrace(str(p), tuple(events))
@@ -167,11 +166,13 @@ def failure_log_csv(events: list[FailureEvent]) -> str:
     return out.getvalue()
 
 
-def _number(p: Path, line: int, field: str, text: str) -> float:
+def _number(p: Path, line: int, field: str, text: str, positive: bool = False) -> float:
+    """A finite number of seconds >= 0 (> 0 with ``positive``)."""
     try:
-        value = float(text)
+        value = plain_float(text)
     except ValueError:
         raise OakInputError(f"{p}:{line}: {field} {text!r}: expected a number of seconds") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise OakInputError(f"{p}:{line}: {field} {text!r}: expected a finite number >= 0")
+    if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        bound = "> 0" if positive else ">= 0"
+        raise OakInputError(f"{p}:{line}: {field} {text!r}: expected a finite number of seconds {bound}")
     return value

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from oak.errors import OakInputError
+from oak.io_util import plain_float, plain_int, text_lines
 from oak.model.job import JobSpec
 
 OAK_REQUIRED = ("name", "submit_time_s", "application", "min_gpus", "max_gpus")
@@ -67,7 +68,7 @@ def _near_miss(name: str, candidates: Collection[str]) -> str | None:
 
 def read_workload_csv(text: str, source: str, name: str, known_apps: Collection[str] | None = None) -> Workload:
     """Parse either CSV format (chosen by the header); errors name ``source``, the line and the field."""
-    lines = text.splitlines()
+    lines = text_lines(text)
     description = ""
     numbered = []
     for lineno, line in enumerate(lines, start=1):
@@ -143,7 +144,7 @@ MAX_BATCH = 16_777_216
 def _float(row: dict[str, str], key: str, where: str, minimum: float = 0.0, maximum: float = MAX_TIME_S) -> float:
     raw = row[key]
     try:
-        v = float(raw)
+        v = plain_float(raw)
     except ValueError:
         raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected a number") from None
     if not math.isfinite(v) or not minimum <= v <= maximum:
@@ -156,7 +157,7 @@ def _float(row: dict[str, str], key: str, where: str, minimum: float = 0.0, maxi
 def _int(row: dict[str, str], key: str, where: str, minimum: int = 1, maximum: int = MAX_GPUS) -> int:
     raw = row[key]
     try:
-        v = int(raw)
+        v = plain_int(raw)
     except ValueError:
         raise OakInputError(f"{where}: field {key!r} = {raw!r}; expected an integer") from None
     if not minimum <= v <= maximum:

@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from oak.errors import OakInputError
+from oak.io_util import plain_float, plain_int
 from oak.model.cluster import Cluster
 from oak.workloads.loader import MAX_TIME_S
 
@@ -102,7 +103,7 @@ def _band_of(gpu_time_s: FloatArray) -> IntArray:
 def _parse_time(raw: str) -> float:
     """Seconds since the epoch of an ISO timestamp (naive = UTC) or a plain number of seconds."""
     try:
-        t = float(raw)
+        t = plain_float(raw)
     except ValueError:
         dt = datetime.fromisoformat(raw)
         t = (dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)).timestamp()
@@ -150,13 +151,13 @@ def read_trace(path: str | Path) -> RawTrace:
                 f"{p}:{line}: field 'timestamp' = {raw_t!r}; expected 'YYYY-MM-DD HH:MM:SS' or seconds"
             ) from None
         try:
-            d = float(raw_d)
+            d = plain_float(raw_d)
         except ValueError:
             d = math.nan
         if not (math.isfinite(d) and d >= 0.0):
             raise OakInputError(f"{p}:{line}: field 'duration' = {raw_d!r}; expected a finite number >= 0 (s)")
         try:
-            g = int(raw_g)
+            g = plain_int(raw_g)
         except ValueError:
             g = 0
         if g < 1:

@@ -44,3 +44,18 @@ def test_distinct_outputs_are_written(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert all(Path(p).stat().st_size > 0 for p in out)
+
+
+def test_compare_labels_its_unfinished_count_as_a_total(tmp_path: Path) -> None:
+    """The other columns are means over the seeds; the unfinished count is over all the seeds' runs (the table
+    said "unfinished 8" for a 4-job workload under "mean over 2 paired seeds")."""
+    import json
+
+    out = tmp_path / "c.json"
+    args = ["compare", "--workload", "small", "--policies", "sia", "--failure-rates", "0", "--seeds", "2"]
+    res = CliRunner().invoke(app, [*args, "--horizon", "2000", "--workers", "1", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    (row,) = doc["summary"]
+    assert row["unfinished_jobs"] == sum(r["unfinished_jobs"] for r in doc["runs"]) > 4
+    assert "unfinished (all seeds)" in res.output

@@ -284,7 +284,7 @@ def compare(
         "p99 JCT (s)",
         "restarts/job",
         "decision (ms)",
-        "unfinished",
+        "unfinished (all seeds)",  # a count over the seeds' runs, not a mean like the columns before it
         *(("node failures", "lost GPU-h", "effective") if hardware else ()),
     ):
         table.add_column(col, justify="left" if col == "policy" else "right")

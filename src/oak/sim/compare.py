@@ -189,7 +189,8 @@ def run_many(
 
 def summarise(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     """Per (workload, policy, failure rate): means over seeds of each run's mean/max JCT etc., with a 95 % CI
-    half-width of the mean JCT (Student's t over seeds; None with one seed)."""
+    half-width of the mean JCT (Student's t over seeds; None with one seed); ``unfinished_jobs`` is the count over
+    all the seeds' runs."""
     groups: dict[tuple[str, str, float], list[RunResult]] = {}
     for r in results:
         groups.setdefault((r.workload, r.policy, r.failure_rate), []).append(r)

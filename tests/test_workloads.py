@@ -70,6 +70,10 @@ def test_sia_trace_files_load() -> None:
             "name,time,application,Num_Replica,batch_size\nj,0,cifar10,4,128\n",
             r"missing num_replicas; misspelt\? 'Num_Replica' for 'num_replicas'",
         ),
+        (  # Sia's demand column in the OAK format was ignored: the job ran at max_gpus
+            "name,submit_time_s,application,min_gpus,max_gpus,num_replicas\nj,0,cifar10,1,8,2\n",
+            "column 'num_replicas' is the demand of Sia's format; in this format .* the column 'gpus'",
+        ),
         # Python's number forms that no CSV writer produces were read silently: 1_000 as 1000, ٣ as 3
         ("name,submit_time_s,application,min_gpus,max_gpus\nj,1_000,cifar10,1,2\n", "'1_000'; expected a number"),
         ("name,submit_time_s,application,min_gpus,max_gpus\nj,0,cifar10,1,\u0663\n", "expected an integer"),

@@ -102,6 +102,11 @@ def read_workload_csv(text: str, source: str, name: str, known_apps: Collection[
         raise OakInputError(f"{source}:{header_line}: duplicate column in header {fields}")
     read = OAK_REQUIRED + OAK_OPTIONAL if fmt == "oak" else SIA_REQUIRED
     unread = [r for r in read if r not in fields]
+    if fmt == "oak" and "num_replicas" in fields:  # Sia's demand column, which this format spells gpus
+        raise OakInputError(
+            f"{source}:{header_line}: column 'num_replicas' is the demand of Sia's format; in this format (with "
+            f"min_gpus, max_gpus) the demand is the column 'gpus'"
+        )
     for f in fields:  # other columns are ignored (notes, a trace's own fields), a misspelt one is not
         if f not in read and (near := _near_miss(f, unread)) is not None:
             raise OakInputError(

@@ -398,3 +398,17 @@ def test_read_app_observations_covers_all_gpu_types() -> None:
     aws = per_type["aws"]
     assert len(aws) == 350 and int(aws.nodes.max()) == 16 and int(aws.replicas.max()) == 64
     assert np.all(aws.acc_time < aws.step_time)
+
+
+def test_a_gpu_type_one_application_lacks_is_named(catalog: Catalog) -> None:
+    """A placements file missing from one application's folder dropped that GPU type from it without a word
+    (its jobs could then never run there); `oak catalog build` now warns with what gpu_type_gaps finds."""
+    import dataclasses
+
+    from oak.catalog.build import gpu_type_gaps
+
+    assert gpu_type_gaps(catalog) == {}  # the packaged catalog: every application on every type
+    cifar = catalog.apps["cifar10"]
+    gpus = {t: g for t, g in cifar.gpus.items() if t != "aws"}
+    holed = dataclasses.replace(catalog, apps={**catalog.apps, "cifar10": dataclasses.replace(cifar, gpus=gpus)})
+    assert gpu_type_gaps(holed) == {"cifar10": ["aws"]}

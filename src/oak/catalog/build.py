@@ -185,6 +185,14 @@ def build_app(app: str, app_dir: Path, inputs: list[Path]) -> AppProfile:
     )
 
 
+def gpu_type_gaps(catalog: Catalog) -> dict[str, list[str]]:
+    """Per application, the GPU types another application of ``catalog`` has a profile of and it has not (a
+    placements file missing from its folder): its jobs cannot run on those types."""
+    every = sorted({t for app in catalog.apps.values() for t in app.gpus})
+    gaps = {name: [t for t in every if t not in app.gpus] for name, app in catalog.apps.items()}
+    return {name: missing for name, missing in gaps.items() if missing}
+
+
 def build_catalog(profiles_dir: Path, apps: Sequence[str] = DEFAULT_APPS) -> Catalog:
     """Fit every application in ``apps`` on every GPU type with a placements file under ``profiles_dir``.
 

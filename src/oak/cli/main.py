@@ -406,7 +406,7 @@ def catalog_build(
     ] = None,
 ) -> None:
     """Fit the throughput model per application and GPU type and write the catalog."""
-    from oak.catalog.build import build_catalog, write_catalog
+    from oak.catalog.build import build_catalog, gpu_type_gaps, write_catalog
 
     if not profiles.is_dir():
         fail(f"{profiles}: not a folder of profiles (expected e.g. ../shared/data/sia/profiles)")
@@ -414,7 +414,14 @@ def catalog_build(
     with console.status("fitting throughput models"):
         catalog = build_catalog(profiles)
     write_catalog(catalog, target)
-    console.print(f"wrote {target}: {len(catalog.apps)} applications")
+    types = sorted({t for a in catalog.apps.values() for t in a.gpus})
+    console.print(f"wrote {target}: {len(catalog.apps)} applications; GPU types {', '.join(types)}")
+    for name, missing in gpu_type_gaps(catalog).items():
+        err_console.print(
+            f"[yellow]warning:[/] {name} has no profile of {', '.join(missing)} (no placements-<gpu>.csv in "
+            f"{profiles / name}): its jobs cannot run on those GPU types",
+            highlight=False,
+        )
 
 
 failures_app = typer.Typer(

@@ -58,7 +58,7 @@ def test_bad_checkpoint_policies_are_input_errors() -> None:
         with pytest.raises(OakInputError, match="checkpoint_policy"):
             PhysicsOptions(checkpoint_policy=bad)
     out = oak("simulate", "--workload", "small", "--checkpoint-policy", "fixed:0")
-    assert out.returncode == 2 and "checkpoint_policy='fixed:0'" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "--checkpoint-policy 'fixed:0'" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_write_times_follow_the_model_state_and_default_for_unknown_applications() -> None:

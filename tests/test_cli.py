@@ -82,10 +82,15 @@ def test_workloads_list_and_show() -> None:
         (("simulate", "--k-max", "0.5"), "--k-max applies only to the policies oak-paper"),
         (("simulate", "--failure-rate", "1.5"), "--failure-rate 1.5"),
         (("simulate", "--workload", "/no/such.csv"), "no such file"),
-        (("simulate", "--restore-cost", "soon"), "restore_cost"),
+        (("simulate", "--restore-cost", "soon"), "--restore-cost 'soon'"),
         (("simulate", "--solver", "cplex"), "--solver"),
         (("compare", "--failure-rates", "0,x"), "'x' is not a number"),
         (("compare", "--seeds", "0"), "--seeds"),
+        (("compare", "--failure-rates", "0,nan"), "--failure-rates '0,nan': nan is not a probability"),
+        (("compare", "--checkpoint-policy", "bogus"), "--checkpoint-policy 'bogus': expected"),  # not physics …=
+        (("simulate", "--horizon", "-5"), "--horizon -5.0: expected a positive number"),
+        (("simulate", "--policy", "/tmp:X"), "'/tmp' is a folder; expected a .py file"),
+        (("workloads", "show", ""), "workload '': empty; expected"),
         # seeds are mixed modulo 2^64: -1 was the run of 2^64 - 1, 2^64 that of 0, each labelled as typed
         (("simulate", "--seed", "-1"), "--seed -1: expected an integer from 0 to 2^64 - 1"),
         (("simulate", "--seed", str(1 << 64)), "--seed 18446744073709551616: expected an integer from 0 to 2^64"),

@@ -200,8 +200,8 @@ def test_cli_rules_and_job_trace(tmp_path: Path) -> None:
     assert np.all(tr["time_s"] % 60.0 == 0)
     for args, msg in (
         (("--rules", "sia"), "--rules 'sia'"),
-        (("--failure-restarts", "3"), "failure_restarts"),
-        (("--failure-mode", "zombie"), "failure_mode"),
+        (("--failure-restarts", "3"), "--failure-restarts 3"),
+        (("--failure-mode", "zombie"), "--failure-mode 'zombie'"),
     ):
         bad = oak("simulate", "--workload", "small", *args)
         assert bad.returncode == 2 and msg in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

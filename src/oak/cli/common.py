@@ -22,6 +22,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from oak.errors import OakInputError
 from oak.model.cluster import cluster_preset_help
 
 # help is plain text that wraps (click's formatter, rich_markup_mode=None): Rich's option tables cut long option
@@ -255,6 +256,17 @@ def _check_rules_given(rules: Any, given: dict[str, Any]) -> None:
             )
 
 
+def _physics_message(message: str) -> str:
+    """``PhysicsOptions``' message with the option's name for its field: ``physics horizon_s=-5.0: ...`` →
+    ``--horizon -5.0: ...``."""
+    import re
+
+    m = re.match(r"physics (\w+)=", message)
+    if m is None:
+        return message
+    return f"--{physics_flag(m.group(1)).replace('_', '-')} " + message[m.end() :]
+
+
 def with_physics_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command one option per field of ``PhysicsOptions`` — type, default and help generated from the
     dataclass and ``oak.engine.rules.FIELD_HELP`` — and call it with ``physics=PhysicsOptions(...)`` built from
@@ -291,7 +303,11 @@ def with_physics_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         _check_rules_given(kwargs.get("rules"), {k: kwargs[k] for k in given if k in kwargs})
         values = {names[k]: kwargs.pop(k) for k in list(kwargs) if k in names}
         check_round(values.get("round_s", PhysicsOptions.round_s), values.get("horizon_s", PhysicsOptions.horizon_s))
-        return fn(**kwargs, physics=PhysicsOptions(**values))
+        try:
+            physics = PhysicsOptions(**values)
+        except OakInputError as exc:  # the dataclass names its field; the user typed the option
+            fail(_physics_message(str(exc)))
+        return fn(**kwargs, physics=physics)
 
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in kept] + generated
     params.append(inspect.Parameter(_CTX, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context))

@@ -252,6 +252,9 @@ def compare(
     names = name_list(policies, "--policies")
     check_outputs({"--json": json_path}, {"--workload": workload, **{n: policy_file(n) for n in names}})
     lams = _floats(failure_rates, "--failure-rates")
+    for lam in lams:
+        if not 0.0 <= lam <= 1.0:  # also NaN
+            fail(f"--failure-rates {failure_rates!r}: {lam!r} is not a probability in [0, 1]")
     if seeds < 1:
         fail(f"--seeds {seeds}: expected a positive integer")
     check_sweep_size(len(names) * len(lams) * seeds, f"--seeds {seeds}")

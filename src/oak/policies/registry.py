@@ -293,6 +293,8 @@ def _import_target(ref: str, target: str) -> Any:
     try:
         if target.endswith(".py") or "/" in target or "\\" in target:
             path = Path(target).expanduser().resolve()
+            if path.is_dir():
+                raise OakInputError(f"policy {ref!r}: {str(path)!r} is a folder; expected a .py file (FILE.py:NAME)")
             if not path.is_file():
                 raise OakInputError(f"policy {ref!r}: no such file {str(path)!r}")
             name = f"oak_plugin_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:10]}"

@@ -47,6 +47,10 @@ def load_workload(name_or_path: str, known_apps: Collection[str] | None = None) 
         res = resources.files("oak.workloads").joinpath("data", f"{name_or_path}.csv")
         return read_workload_csv(res.read_text(encoding="utf-8"), f"<builtin {name_or_path}>", name_or_path, known_apps)
     path = Path(name_or_path)
+    if not name_or_path.strip():
+        raise OakInputError(f"workload {name_or_path!r}: empty; expected an embedded workload's name or a CSV path")
+    if path.is_dir():
+        raise OakInputError(f"workload {name_or_path!r}: a folder; expected a CSV file or an embedded workload")
     if not path.exists():
         raise OakInputError(
             f"workload {name_or_path!r}: no such file and not an embedded workload "

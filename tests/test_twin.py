@@ -576,3 +576,35 @@ def test_step_times_span_the_reports_the_scheduler_missed(tmp_path: Path) -> Non
     assert sum(s.steps * s.step_time_s for s in samples) == pytest.approx(12.0)
     sched._record_step_time(job, r, 10, math.inf, 125.0, 50)  # absurd: not used, whatever it missed
     assert sum(s.steps for s in StepTimeLog.from_dict(r.steplog).samples()) == 30
+
+
+def test_replay_without_its_own_policy_prints_the_table_and_no_gap(tmp_path: Path) -> None:
+    """--policies without own (the help says own is optional) ended in StopIteration after the table."""
+    from typer.testing import CliRunner
+
+    from oak.cli.main import app
+
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps(_trace([_job("a", 200, {1: 0.5, 2: 0.3}, 5.0)], [])))
+    res = CliRunner().invoke(app, ["replay", str(t), "--policies", "sia", "--json", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    assert "the run's own policy (oak) was not simulated" in " ".join(res.output.split())
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["gap"] is None and [r["policy"] for r in doc["runs"]] == ["sia"]
+
+
+def test_an_output_naming_a_file_of_the_run_directory_is_refused(tmp_path: Path) -> None:
+    """export-trace --out RUN/state.sqlite and replay RUN --json RUN/state.sqlite replaced the run's database."""
+    from typer.testing import CliRunner
+
+    from oak.cli.main import app
+
+    run = tmp_path / "run"
+    run.mkdir()
+    db = run / "state.sqlite"
+    db.write_bytes(b"SQLite format 3\x00")
+    for args in (["export-trace", str(run), "--out", str(db)], ["replay", str(run), "--json", str(db)]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, res.output
+        assert "a file of the" in res.output and "which it would overwrite" in " ".join(res.output.split())
+    assert db.read_bytes() == b"SQLite format 3\x00"

@@ -73,8 +73,10 @@ def fail(message: str) -> None:
 
 def check_outputs(outputs: dict[str, Path | None], inputs: dict[str, str | Path | None]) -> None:
     """Exit 2 before any work where an output option names the file of an input (it would be overwritten with no
-    word: ``--workload w.csv --json w.csv``) or the file of another output (one would replace the other). Keys are
-    the options' names; an input that is not a file (an embedded workload's name) is skipped."""
+    word: ``--workload w.csv --json w.csv``), a file already in an input folder (a run directory's
+    ``state.sqlite``), or the file of another output (one would replace the other). Keys are the options' names;
+    an input that is neither a file nor a folder (an embedded workload's name) is skipped; a new file in an input
+    folder is fine."""
     given = [(opt, Path(path)) for opt, path in outputs.items() if path is not None]
     for i, (opt, path) in enumerate(given):
         for other, other_path in given[:i]:
@@ -83,6 +85,13 @@ def check_outputs(outputs: dict[str, Path | None], inputs: dict[str, str | Path 
         for source, text in inputs.items():
             if text is not None and Path(text).is_file() and _same_file(path, Path(text)):
                 fail(f"{opt} {path}: that is the {source} input, which it would overwrite")
+            if text is not None and Path(text).is_dir() and path.exists() and _inside(path, Path(text)):
+                fail(f"{opt} {path}: a file of the {source} folder {text}, which it would overwrite")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` lies in ``folder`` (at any depth, links resolved)."""
+    return path.resolve().is_relative_to(folder.resolve())
 
 
 def _same_file(a: Path, b: Path) -> bool:

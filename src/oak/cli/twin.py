@@ -54,7 +54,7 @@ def export_trace_cmd(
 
     if not run_dir.is_dir():
         fail(f"{run_dir}: no such run directory")
-    check_outputs({"--out": out, "--failures": failures}, {})
+    check_outputs({"--out": out, "--failures": failures}, {"RUN_DIR": run_dir})
     trace = export_trace(run_dir)
     write_json(out, trace)
     console.print(f"wrote {out}: {len(trace['jobs'])} job(s), {len(trace['failures'])} failure(s) logged")
@@ -65,6 +65,11 @@ def export_trace_cmd(
 
 def _f(x: float | None, digits: int = 0) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:,.{digits}f}"
+
+
+def _jct(x: float | None) -> str:
+    """A JCT in whole seconds, in tenths below 100 s (a short run's 5.9 and 5.5 s both read 6 otherwise)."""
+    return _f(x, 1 if x is not None and x < 100 else 0)
 
 
 @app.command()
@@ -122,14 +127,38 @@ def replay(
         table.add_row(
             r["policy"],
             f"{r['failure_rate']:g}",
-            _f(r["mean_jct_s"]),
-            _f(r["max_jct_s"]),
+            _jct(r["mean_jct_s"]),
+            _jct(r["max_jct_s"]),
             f"{r['restarts_per_job']:.2f}",
             str(r["unfinished_jobs"]),
         )
     console.print(table)
-    own_run = next(r for r in results if r.policy == own and r.seed == twin.seed)
-    g = gap(twin.measured, own_run)
+    own_run = next((r for r in results if r.policy == own and r.seed == twin.seed), None)
+    g = None if own_run is None else gap(twin.measured, own_run)
+    if own_run is None or g is None:
+        console.print(
+            f"the run's own policy ({own}) was not simulated: add own to --policies for its job-by-job gap to the "
+            "measured run"
+        )
+    else:
+        _print_gap(own, own_run, twin, g)
+    if json_path is not None:
+        write_json(
+            json_path,
+            {
+                "knowledge": knowledge,
+                "left_out": list(twin.left_out),
+                "measured": twin.measured.to_json(),
+                "runs": [r.to_json() for r in results],
+                "summary": rows,
+                "gap": g,
+            },
+        )
+        console.print(f"wrote {json_path}")
+
+
+def _print_gap(own: str, own_run: Any, twin: Any, g: dict[str, Any]) -> None:
+    """The run's own policy, simulated, against the measured run: job by job, then in one line."""
     per_job = Table(title=f"{own} (the run's policy), seed {twin.seed}: simulated against measured")
     for col in (
         "job",
@@ -157,16 +186,3 @@ def replay(
         f"{_f(g['worst_job_jct_error'], 3)} · restarts equal on {g['restarts_equal']} of {len(g['jobs'])} job(s) · "
         f"failure model: {own_run.failure_model or f'λ = {twin.failure_rate:g} (the run seed drawn again)'}"
     )
-    if json_path is not None:
-        write_json(
-            json_path,
-            {
-                "knowledge": knowledge,
-                "left_out": list(twin.left_out),
-                "measured": twin.measured.to_json(),
-                "runs": [r.to_json() for r in results],
-                "summary": rows,
-                "gap": g,
-            },
-        )
-        console.print(f"wrote {json_path}")

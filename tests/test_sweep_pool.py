@@ -84,7 +84,7 @@ def test_a_worker_killed_mid_message_is_reported_not_waited_for() -> None:
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", _KILLED_MID_MESSAGE], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"exit code {-signal.SIGKILL} while it ran task 0" in proc.stdout
+    assert "ended, killed by SIGKILL (kill -9 or the out-of-memory killer), while it ran task 0" in proc.stdout
     assert time.monotonic() - t0 < 30
 
 
@@ -141,3 +141,27 @@ def test_a_killed_parent_leaves_no_worker_running(tmp_path: Path) -> None:
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"workers {left} outlived their parent"
+
+
+def test_a_dead_worker_is_one_error_line_naming_its_run(tmp_path: Path) -> None:
+    """A worker killed mid-run (here a policy that SIGKILLs its own process, as the OOM killer would) ended
+    `oak compare --workers 2` in a traceback; it is now one line naming the run, exit 1."""
+    (tmp_path / "plug.py").write_text(
+        "import os, signal\nfrom oak import PolicyBase\n\n"
+        "class Dies(PolicyBase):\n    name = 'dies'\n\n"
+        "    def decide(self, snap):\n        os.kill(os.getpid(), signal.SIGKILL)\n",
+        encoding="utf-8",
+    )
+    cmd = [sys.executable, "-m", "oak", "compare", "--workload", "small", "--policies", "plug.py:Dies,oak"]
+    res = subprocess.run(
+        [*cmd, "--seeds", "2", "--failure-rates", "0.1", "--workers", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 1, res.stderr
+    text = " ".join(res.stderr.split())
+    assert "Traceback" not in res.stderr
+    assert "ended, killed by SIGKILL (kill -9 or the out-of-memory killer), while it ran plug.py:Dies on small" in text
+    assert "at λ = 0.1, seed " in text and "nothing was written" in text

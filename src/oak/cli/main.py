@@ -247,6 +247,7 @@ def compare(
     from oak.engine.rules import with_rules
     from oak.io_util import write_json
     from oak.sim.compare import RunSpec, common_node_failures, run_many, summarise
+    from oak.sim.pool import WorkerDied
 
     physics = with_rules(physics, rules)
     names = name_list(policies, "--policies")
@@ -271,9 +272,13 @@ def compare(
     ]
     for s in {(s.policy, s.failure_rate): s for s in specs}.values():
         _check_spec(s)
-    with progress_bar() as bar:
-        task = bar.add_task(f"simulating {len(specs)} runs", total=len(specs))
-        results = run_many(specs, workers=workers, progress=lambda _r: bar.advance(task))
+    try:
+        with progress_bar() as bar:
+            task = bar.add_task(f"simulating {len(specs)} runs", total=len(specs))
+            results = run_many(specs, workers=workers, progress=lambda _r: bar.advance(task))
+    except WorkerDied as exc:  # not the input's fault: exit 1, in one line
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}; nothing was written", highlight=False)
+        raise typer.Exit(code=1) from None
     results = _distinct_labels(specs, results)
     rows = summarise(results)
     hardware = any(r.failure_model for r in results)

@@ -77,6 +77,7 @@ def reproduce(
     from oak.reproduce.report import write_report
     from oak.reproduce.runner import Terminated, execute
     from oak.reproduce.store import ResultsStore
+    from oak.sim.pool import WorkerDied
 
     if list_:
         for e in EXPERIMENTS.values():
@@ -181,6 +182,14 @@ def reproduce(
             soft_wrap=True,
         )
         raise typer.Exit(code=128 + int(exc.signum if isinstance(exc, Terminated) else signal.SIGINT)) from None
+    except WorkerDied as exc:  # the complete runs are stored (execute flushed them); not the input's fault: exit 1
+        err_console.print(
+            f"error: {exc}; {done} of {len(todo)} runs done, stored in {out}; run the same command again to resume",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(code=1) from None
     wall = time.perf_counter() - start
     report = write_report(out, names, plan, store, wall_s=wall)
     console.print(f"simulated {len(todo)} runs in {wall:,.0f} s; report: {report} and {report.with_suffix('.html')}")

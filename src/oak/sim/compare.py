@@ -15,7 +15,7 @@ from oak.engine.metrics import RunResult, ci_half_width
 from oak.engine.rules import PhysicsOptions
 from oak.model.cluster import cluster_preset
 from oak.policies import make_policy
-from oak.sim.pool import WorkerPool
+from oak.sim.pool import WorkerDied, WorkerPool
 from oak.sim.simulator import ProgressObserver, Simulator
 from oak.solve.assignment import load_kernels
 from oak.workloads import load_workload
@@ -151,9 +151,14 @@ def run_pool(
             while order and pool.idle:
                 i = order.pop()
                 pool.submit(i, specs[i])
-            for i, res in pool.results():
-                order.observed(specs[i], res.wall_s)
-                done(i, res)
+            try:
+                for i, res in pool.results():
+                    order.observed(specs[i], res.wall_s)
+                    done(i, res)
+            except WorkerDied as exc:  # say which run it was
+                s = specs[exc.task]
+                running = f"{s.policy} on {s.workload} ({s.cluster}) at λ = {s.failure_rate:g}, seed {s.seed}"
+                raise WorkerDied(exc.pid, exc.exitcode, exc.task, running) from None
 
 
 def _worker_start(kernels: bool) -> None:

@@ -33,7 +33,29 @@ END_WAIT_S = 5.0
 
 
 class WorkerDied(RuntimeError):
-    """A worker process ended while it ran a task (killed, out of memory, a crash in native code)."""
+    """A worker process (``pid``) ended while it ran task ``task`` (killed, out of memory, a crash in native
+    code); ``running`` says what the task was where the caller knows."""
+
+    def __init__(self, pid: int | None, exitcode: int | None, task: int, running: str | None = None) -> None:
+        self.pid, self.exitcode, self.task, self.running = pid, exitcode, task, running
+        super().__init__(
+            f"a sweep's worker (pid {pid}) ended, {exit_description(exitcode)}, while it ran "
+            f"{running if running is not None else f'task {task}'}"
+        )
+
+
+def exit_description(exitcode: int | None) -> str:
+    """A process's exit code in words: ``-9`` → "killed by SIGKILL (kill -9 or the out-of-memory killer)"."""
+    if exitcode is None:
+        return "no exit code"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        why = " (kill -9 or the out-of-memory killer)" if exitcode == -signal.SIGKILL else ""
+        return f"killed by {name}{why}"
+    return f"exit code {exitcode}"
 
 
 class RemoteTraceback(Exception):
@@ -183,10 +205,7 @@ class WorkerPool(Generic[T, R]):
                 kind, payload = w.conn.recv()
             except (EOFError, OSError):
                 w.proc.join(END_WAIT_S)
-                raise WorkerDied(
-                    f"a sweep's worker (pid {w.proc.pid}) ended with exit code {w.proc.exitcode} while it ran "
-                    f"task {task_id}"
-                ) from None
+                raise WorkerDied(w.proc.pid, w.proc.exitcode, task_id) from None
             w.task = None
             if kind == "error":
                 error, text = payload

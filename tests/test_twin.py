@@ -608,3 +608,49 @@ def test_an_output_naming_a_file_of_the_run_directory_is_refused(tmp_path: Path)
         assert res.exit_code == 2, res.output
         assert "a file of the" in res.output and "which it would overwrite" in " ".join(res.output.split())
     assert db.read_bytes() == b"SQLite format 3\x00"
+
+
+def _edited(**change: Any) -> dict[str, Any]:
+    trace = _trace([_job("a", 200, {1: 0.5, 2: 0.3}, 5.0), _job("b", 100, {1: 0.4}, 3.0)], [])
+    for path, value in change.items():
+        *keys, last = path.split("__")
+        node: Any = trace
+        for k in keys:
+            node = node[int(k)] if k.isdigit() else node[k]
+        node[int(last) if last.isdigit() else last] = value
+    return trace
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [  # each was replayed as something else (seed 1, a job done at once, 3 jobs of 2 names) or a traceback
+        ({"run__seed": 1.5}, "run.seed 1.5: expected an integer from 0 to 2^64 - 1"),
+        ({"jobs__1__name": "a"}, "jobs[1]: job name 'a' given twice"),
+        ({"jobs__0__total_steps": -5}, "jobs[0].total_steps -5: expected an integer >= 1"),
+        ({"jobs__0__restore_s": float("nan")}, "jobs[0].restore_s nan: expected a number of seconds >= 0"),
+        ({"failures": [{"time_s": 3.0, "kind": "meteor", "job": "a"}]}, "failures[0].kind 'meteor': expected one"),
+        ({"jobs__0__measured": None}, "jobs[0].measured: expected a JSON object"),
+        ({"run__failure_rate": 2}, "run.failure_rate 2: expected a probability in [0, 1]"),
+        ({"jobs__0__steplog": {"entries": "x"}}, "the trace cannot be read ("),
+    ],
+)
+def test_a_hand_edited_trace_is_an_input_error(
+    tmp_path: Path,
+    change: dict[str, Any],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from oak.cli.main import main
+
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps(_edited(**change)))
+    monkeypatch.setattr(sys, "argv", ["oak", "replay", str(t), "--policies", "own"])
+    with pytest.raises(SystemExit) as exit_:  # through the entry point, which turns input errors into exit 2
+        main()
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    assert exit_.value.code == 2, text
+    assert message in text and "Traceback" not in text, text

@@ -399,7 +399,15 @@ def replay(
     if knowledge not in KNOWLEDGE:
         raise OakInputError(f"--knowledge {knowledge!r}: expected one of {', '.join(KNOWLEDGE)}")
     with tempfile.TemporaryDirectory(prefix="oak-replay-") as tmp:
-        twin = build_twin(trace, Path(tmp) / "failures.csv")
+        try:
+            twin = build_twin(trace, Path(tmp) / "failures.csv")
+        except OakInputError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # what check_trace cannot see
+            raise OakInputError(
+                f"the trace cannot be read ({type(exc).__name__}: {exc}): damaged or edited by hand? "
+                "Export it again with oak export-trace"
+            ) from None
         if knowledge == "hindsight":
             twin = dataclasses.replace(twin, believed={}, learn=frozenset())
         sim = twin.simulator()

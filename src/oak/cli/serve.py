@@ -281,7 +281,7 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
             store.close()
     except UnreadableRunState as exc:
         fail(str(exc))
-    except (sqlite3.Error, ValueError, TypeError, KeyError) as exc:
+    except (sqlite3.Error, ValueError, TypeError, KeyError, AttributeError) as exc:  # damaged or hand-edited
         fail(f"{db}: unreadable ({type(exc).__name__}: {exc})")
     # oak serve's jobs in submission order; an oak run's (no submissions) in its records' order
     names = list(specs) if specs else sorted(recs)
@@ -536,7 +536,7 @@ def explain(
             store.close()
     except UnreadableRunState as exc:
         fail(str(exc))
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, ValueError, TypeError) as exc:  # a damaged or hand-edited row: JSONDecodeError, not a map
         fail(f"{db}: unreadable ({type(exc).__name__}: {exc})")
     if json_out:
         print(json.dumps({"job": name, "state": row["state"], "rounds": seen}, indent=1))

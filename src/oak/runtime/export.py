@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from oak.errors import OakInputError
-from oak.failures.trace import FailureEvent
+from oak.failures.trace import KINDS, FailureEvent
 from oak.runtime.jobs_file import RuntimeJob, job_from_dict
 from oak.runtime.learned import LearnedGoodput
 from oak.runtime.store import JobRecord, RunStore
@@ -32,8 +32,21 @@ VERSION = 1
 
 
 def export_trace(run_dir: str | Path) -> dict[str, Any]:
-    """The trace of the run in ``run_dir`` (module docstring); OakInputError if it holds no run, or a run begun
-    before runs recorded their settings."""
+    """The trace of the run in ``run_dir`` (module docstring); OakInputError if it holds no run, a run begun
+    before runs recorded their settings, or state that cannot be read (damaged, or edited by hand)."""
+    try:
+        doc = _export_trace(run_dir)
+    except OakInputError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # JSONDecodeError is a ValueError
+        raise OakInputError(
+            f"{run_dir}: the run's state cannot be read ({type(exc).__name__}: {exc}): damaged, or edited by hand?"
+        ) from None
+    check_trace(doc, str(run_dir))
+    return doc
+
+
+def _export_trace(run_dir: str | Path) -> dict[str, Any]:
     run = Path(run_dir)
     db = run / "state.sqlite"
     if not db.is_file():
@@ -237,10 +250,62 @@ def load_trace(path: str | Path) -> dict[str, Any]:
     for key, kind in (("run", dict), ("jobs", list), ("failures", list)):
         if not isinstance(doc.get(key), kind):
             raise OakInputError(f"{p}: field {key!r}: expected a JSON {'object' if kind is dict else 'array'}")
+    check_trace(doc, str(p))
+    return doc
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _integer(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_trace(doc: dict[str, Any], where: str) -> None:
+    """The values a replay reads, checked where a hand-edited or damaged trace would otherwise be replayed as
+    something else (``"seed": 1.5`` as seed 1, a negative ``total_steps`` as a job done at once) or end in a
+    traceback. ``where``: the file or run directory, for the message."""
+    from oak.failures.rng import seed_problem
+
+    run = doc["run"]
+    for key in ("policy", "seed", "round_s", "failure_rate", "devices"):
+        if key not in run:
+            raise OakInputError(f"{where}: run: missing field {key!r}")
+    if (problem := seed_problem(run["seed"])) is not None:
+        raise OakInputError(f"{where}: run.seed {problem}")
+    if not (_number(run["round_s"]) and run["round_s"] > 0):
+        raise OakInputError(f"{where}: run.round_s {run['round_s']!r}: expected a number of seconds > 0")
+    if not (_number(run["failure_rate"]) and 0 <= run["failure_rate"] <= 1):
+        raise OakInputError(f"{where}: run.failure_rate {run['failure_rate']!r}: expected a probability in [0, 1]")
+    if not (_integer(run["devices"]) and run["devices"] >= 1):
+        raise OakInputError(f"{where}: run.devices {run['devices']!r}: expected an integer >= 1")
+    seen: set[str] = set()
     for i, j in enumerate(doc["jobs"]):
         for key in ("name", "submit_s", "min_gpus", "max_gpus", "batch_size", "total_steps", "measured"):
             if not isinstance(j, dict) or key not in j:
-                raise OakInputError(f"{p}: jobs[{i}]: missing field {key!r}")
-        if not (isinstance(j["submit_s"], int | float) and math.isfinite(j["submit_s"]) and j["submit_s"] >= 0):
-            raise OakInputError(f"{p}: jobs[{i}].submit_s {j['submit_s']!r}: expected a number >= 0")
-    return doc
+                raise OakInputError(f"{where}: jobs[{i}]: missing field {key!r}")
+        if not isinstance(j["name"], str) or not j["name"]:
+            raise OakInputError(f"{where}: jobs[{i}].name {j['name']!r}: expected a job name")
+        if j["name"] in seen:
+            raise OakInputError(f"{where}: jobs[{i}]: job name {j['name']!r} given twice")
+        seen.add(j["name"])
+        if not (_number(j["submit_s"]) and j["submit_s"] >= 0):
+            raise OakInputError(f"{where}: jobs[{i}].submit_s {j['submit_s']!r}: expected a number >= 0")
+        for key in ("min_gpus", "max_gpus", "batch_size", "total_steps"):
+            if not (_integer(j[key]) and j[key] >= 1):
+                raise OakInputError(f"{where}: jobs[{i}].{key} {j[key]!r}: expected an integer >= 1")
+        if j["min_gpus"] > j["max_gpus"]:
+            raise OakInputError(f"{where}: jobs[{i}]: min_gpus {j['min_gpus']} above max_gpus {j['max_gpus']}")
+        restore = j.get("restore_s")
+        if restore is not None and not (_number(restore) and restore >= 0):
+            raise OakInputError(f"{where}: jobs[{i}].restore_s {restore!r}: expected a number of seconds >= 0")
+        if not isinstance(j["measured"], dict):
+            raise OakInputError(f"{where}: jobs[{i}].measured: expected a JSON object")
+    for i, f in enumerate(doc["failures"]):
+        if not isinstance(f, dict) or "kind" not in f or "time_s" not in f:
+            raise OakInputError(f"{where}: failures[{i}]: expected an object with kind and time_s")
+        if f["kind"] not in KINDS:
+            raise OakInputError(f"{where}: failures[{i}].kind {f['kind']!r}: expected one of {', '.join(KINDS)}")
+        if not (_number(f["time_s"]) and f["time_s"] >= 0):
+            raise OakInputError(f"{where}: failures[{i}].time_s {f['time_s']!r}: expected a number of seconds >= 0")

@@ -145,7 +145,7 @@ def test_physics_flags_reach_the_run(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert json.loads(out.read_text())["runs"][0]["unfinished_jobs"] > 0  # stopped at the 2,000 s horizon
     res = oak("compare", "--workload", "small", "--policies", "sia", "--seeds", "1", "--restart-on", "sideways")
-    assert res.returncode == 2 and "restart_on='sideways'" in res.stderr
+    assert res.returncode == 2 and "--restart-on 'sideways'" in res.stderr
 
 
 def test_a_simulation_with_known_goodput_does_not_load_scipy_optimize() -> None:

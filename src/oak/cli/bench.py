@@ -327,7 +327,8 @@ def bench_decision(
     repeat: Annotated[int, typer.Option(help="Timings per round (the best is kept).")] = 1,
     json_path: JsonOpt = None,
     gpus: Annotated[
-        int | None, typer.Option(help="Random rounds instead: cluster GPUs, split evenly over --types.")
+        int | None,
+        typer.Option(help="Random rounds instead: cluster GPUs, split over --types as evenly as they divide."),
     ] = None,
     types: Annotated[int | None, typer.Option(help="Random rounds: GPU types.")] = None,
     jobs: Annotated[int | None, typer.Option(help="Random rounds: jobs per round.")] = None,
@@ -349,6 +350,7 @@ def bench_decision(
             "(oak compare/reproduce, 8 runs or more); the same decisions.",
         ),
     ] = False,
+    ctx: typer.Context = typer.Option(None, hidden=True),  # noqa: B008 - typer's way to ask for the context
 ) -> None:
     """Median/p95 decision time per policy at the paper's scale (12 GPUs), as ratios to oak's in the same run;
     oak and sia are also timed with HiGHS forced. A short command runs a paper-scale round's DP in NumPy; with
@@ -362,7 +364,20 @@ def bench_decision(
     from oak.solve.assignment import load_kernels
 
     scale = (gpus, types, jobs)
-    if any(x is not None for x in scale):
+    random_only = ("seeds", "gpus_per_node", "reference_timeout", "reference")
+    recorded_only = ("policies", "workload", "rounds", "round_kernels")
+    mode_random = any(x is not None for x in scale)
+    source = getattr(ctx, "get_parameter_source", None)  # typer's own click: sources compared by name
+    for name in random_only if not mode_random else recorded_only:
+        if source is not None and getattr(source(name), "name", "") == "COMMANDLINE":
+            flag = "--" + name.replace("_", "-")
+            where = (
+                "recorded rounds (without --gpus/--types/--jobs)"
+                if mode_random
+                else "random rounds (--gpus, --types, --jobs)"
+            )
+            fail(f"{flag}: applies to {where} only; it would be ignored here")
+    if mode_random:
         if gpus is None or types is None or jobs is None:
             fail("--gpus, --types and --jobs go together")
         if round_kernels:

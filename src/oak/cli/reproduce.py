@@ -97,6 +97,8 @@ def reproduce(
 
     if backend not in BACKENDS:
         fail(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    if address is not None and backend != "ray":
+        fail(f"--address {address}: applies to --backend ray (the {backend} backend would ignore it)")
     if seeds is not None and paper_seeds:
         fail("--seeds and --paper-seeds: give one or the other")
     if seeds is not None and seeds < 1:

@@ -59,3 +59,19 @@ def test_compare_labels_its_unfinished_count_as_a_total(tmp_path: Path) -> None:
     (row,) = doc["summary"]
     assert row["unfinished_jobs"] == sum(r["unfinished_jobs"] for r in doc["runs"]) > 4
     assert "unfinished (all seeds)" in res.output
+
+
+def test_export_trace_of_a_file_says_it_is_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "run.json"
+    f.write_text("{}")
+    res = CliRunner().invoke(app, ["export-trace", str(f), "--out", str(tmp_path / "t.json")])
+    assert res.exit_code == 2 and "a file; expected a run directory" in " ".join(res.output.split()), res.output
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_results_store_that_cannot_be_created_is_an_input_error() -> None:
+    """/proc passes the permission checks (root may write there) yet refuses mkdir: a traceback before."""
+    res = CliRunner().invoke(app, ["reproduce", "table2", "--quick", "--out", "/proc/oak-no-such-store"])
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())  # root passes the permission check and meets mkdir's error
+    assert "--out /proc/oak-no-such-store: cannot create" in text and "Traceback" not in text, text

@@ -157,7 +157,10 @@ def reproduce(
     )
     specs = [s for n in names for cell in EXPERIMENTS[n].cells(plan) for s in cell.specs]
     check_sweep_size(len(specs), f"--seeds {seeds}" if seeds is not None else experiment)
-    store = ResultsStore(out, exclusive=True)  # one writer per --out: a second would drop the first one's runs
+    try:
+        store = ResultsStore(out, exclusive=True)  # one writer per --out: a second would drop the first one's runs
+    except OSError as exc:  # a folder the checks before could not foresee (/proc: writable to root, yet no mkdir)
+        fail(f"--out {out}: cannot create the results store there ({exc.strerror or exc})")
     todo = store.missing(specs)
     total = len(set(specs))
     console.print(

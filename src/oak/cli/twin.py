@@ -52,6 +52,8 @@ def export_trace_cmd(
     from oak.io_util import write_atomic, write_json
     from oak.runtime.export import export_trace, failure_events
 
+    if run_dir.is_file():
+        fail(f"{run_dir}: a file; expected a run directory (oak replay reads a trace file)")
     if not run_dir.is_dir():
         fail(f"{run_dir}: no such run directory")
     check_outputs({"--out": out, "--failures": failures}, {"RUN_DIR": run_dir})

@@ -84,10 +84,14 @@ def test_a_failing_or_wrong_decide_is_an_input_error_naming_the_round_and_the_li
         "class Raises(PolicyBase):\n    name = 'raises'\n\n"
         "    def decide(self, snap):\n        return {}[snap.job_names[0]]\n\n"
         "class ReturnsNone(PolicyBase):\n    name = 'returns-none'\n\n"
-        "    def decide(self, snap):\n        return None\n",
+        "    def decide(self, snap):\n        return None\n\n"
+        "class Exits(PolicyBase):\n    name = 'exits'\n\n"
+        "    def decide(self, snap):\n        raise SystemExit(3)\n",
         encoding="utf-8",
     )
     want = {
+        # SystemExit ended the command with status 3 and no word
+        "plug.py:Exits": f"policy 'exits' failed at t = 0 s: SystemExit: 3 ({tmp_path / 'plug.py'}:19, in decide)",
         "plug.py:Raises": f"policy 'raises' failed at t = 0 s: KeyError: 'cifar10-0' ({tmp_path / 'plug.py'}:7, in decide)",
         "plug.py:ReturnsNone": "policy 'returns-none' returned NoneType at t = 0 s; expected an oak.Allocation",
     }

@@ -70,7 +70,7 @@ def decide(policy: Policy, snap: RoundSnapshot) -> Allocation:
     own policies is OAK's bug and propagates as it is."""
     try:
         alloc = policy.decide(snap)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a user's sys.exit() in decide too; Ctrl-C stays Ctrl-C
         if type(policy).__module__.partition(".")[0] == "oak":
             raise
         frames = traceback.extract_tb(exc.__traceback__)

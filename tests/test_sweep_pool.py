@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from oak.sim.pool import RemoteTraceback, WorkerPool
+from oak.sim.pool import RemoteTraceback, WorkerDied, WorkerPool
 
 
 def _square(x: int) -> int:
@@ -165,3 +166,45 @@ def test_a_dead_worker_is_one_error_line_naming_its_run(tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
     assert "ended, killed by SIGKILL (kill -9 or the out-of-memory killer), while it ran plug.py:Dies on small" in text
     assert "at λ = 0.1, seed " in text and "nothing was written" in text
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_every_start_method_runs_the_tasks(method: str) -> None:
+    """Under a fork server (Python 3.14's default on Linux) or spawn a worker's parent is not the sweep: the
+    workers took that for their parent's death and ended at once."""
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {method} here")
+    got: dict[int, int] = {}
+    with WorkerPool(2, abs, start_method=method) as pool:
+        tasks = [-3, -4, 5]
+        while tasks or pool.busy:
+            while tasks and pool.idle:
+                x = tasks.pop()
+                pool.submit(x, x)
+            got.update(pool.results())
+    assert got == {-3: 3, -4: 4, 5: 5}
+
+
+def _fail_to_start() -> None:
+    raise RuntimeError("no GPU driver")
+
+
+def test_an_initializer_error_is_raised_as_itself() -> None:
+    """A worker whose initializer raised was reported as a worker dying in the first task (or, submitted to late,
+    as a BrokenPipeError)."""
+    for wait_s in (0.0, 1.0):
+        with pytest.raises(RuntimeError, match="no GPU driver") as info, WorkerPool(1, abs, _fail_to_start) as pool:
+            time.sleep(wait_s)  # the second time the worker has ended before the task is sent
+            pool.submit(0, -1)
+            list(pool.results())
+        assert isinstance(info.value.__cause__, RemoteTraceback)
+
+
+def test_a_worker_killed_while_idle_is_worker_died_on_submit() -> None:
+    with WorkerPool(1, abs) as pool:
+        (pid,) = pool.pids
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+        with pytest.raises(WorkerDied, match="killed by SIGKILL"):
+            pool.submit(0, -1)
+            list(pool.results())

@@ -69,14 +69,19 @@ class RemoteTraceback(Exception):
         return self.text
 
 
-def _die_with(parent: int) -> None:
-    """End this process when ``parent`` ends (a killed sweep leaves no worker running its last task): on Linux the
-    kernel's parent-death signal; then a check that the parent was not gone already."""
+def _die_with(parent: int | None) -> int:
+    """End this process when its parent ends (a killed sweep leaves no worker running its last task): on Linux the
+    kernel's parent-death signal. ``parent``: the sweep's pid where the worker was forked from it (then a check that
+    it was not gone already); None where a fork server or a fresh interpreter started it, whose parent is that
+    server (which ends with the sweep). Returns the parent pid the idle worker then watches."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if parent is None:
+        return os.getppid()
     if os.getppid() != parent:
         os._exit(0)
+    return parent
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -84,7 +89,7 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 def _serve(
     conn: Connection,
-    parent: int,
+    parent: int | None,
     fn: Callable[[Any], Any],
     initializer: Callable[..., None] | None,
     initargs: tuple[Any, ...],
@@ -92,10 +97,15 @@ def _serve(
     """A worker: run ``fn`` on each task received until ``None``, the parent's end of the pipe closes, or the
     parent is gone (checked every :data:`PARENT_CHECK_S` while idle, where no parent-death signal exists). Ctrl-C
     is left to the parent, which ends its workers."""
-    _die_with(parent)
+    parent = _die_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if initializer is not None:
-        initializer(*initargs)
+        try:
+            initializer(*initargs)
+        except BaseException as exc:  # said once, as itself, not as the first task's death
+            with contextlib.suppress(OSError):
+                conn.send(("init-error", _portable(exc)))
+            return
     while True:
         try:
             while not conn.poll(PARENT_CHECK_S):
@@ -130,7 +140,8 @@ def _portable(exc: BaseException) -> tuple[BaseException, str]:
 class _Worker:
     def __init__(self, ctx: Any, args: tuple[Any, ...]) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_serve, args=(child, os.getpid(), *args), name="oak-sweep-worker")
+        parent = os.getpid() if ctx.get_start_method() == "fork" else None  # else a fork server is its parent
+        self.proc = ctx.Process(target=_serve, args=(child, parent, *args), name="oak-sweep-worker")
         self.proc.start()
         child.close()  # the worker holds the only other end: its death is an end of file here
         self.task: int | None = None  # the id of the task it runs
@@ -150,10 +161,11 @@ class WorkerPool(Generic[T, R]):
         fn: Callable[[T], R],
         initializer: Callable[..., None] | None = None,
         initargs: tuple[Any, ...] = (),
+        start_method: str | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers {workers}: expected a positive integer")
-        ctx = multiprocessing.get_context()
+        ctx = multiprocessing.get_context(start_method)  # None: the platform's default
         self._workers: list[_Worker] = []
         try:
             for _ in range(workers):
@@ -187,8 +199,23 @@ class WorkerPool(Generic[T, R]):
     def submit(self, task_id: int, task: T) -> None:
         """Start ``task`` on an idle worker (there must be one: :attr:`idle`)."""
         worker = next(w for w in self._workers if w.task is None)
-        worker.conn.send(task)
+        try:
+            worker.conn.send(task)
+        except OSError:  # it died while idle, or its initializer failed (then its message is waiting)
+            self._raise_early_end(worker, task_id)
         worker.task = task_id
+
+    def _raise_early_end(self, w: _Worker, task_id: int) -> None:
+        """Raise why ``w`` ended: its initializer's error where it sent one, else :class:`WorkerDied`."""
+        message: tuple[str, Any] | None = None
+        with contextlib.suppress(EOFError, OSError):
+            if w.conn.poll():
+                message = w.conn.recv()
+        if message is not None and message[0] == "init-error":
+            error, text = message[1]
+            raise error from RemoteTraceback(text)
+        w.proc.join(END_WAIT_S)
+        raise WorkerDied(w.proc.pid, w.proc.exitcode, task_id)
 
     def results(self) -> Iterator[tuple[int, R]]:
         """Wait until at least one running task ends; yield ``(id, result)`` for each that has."""
@@ -207,7 +234,7 @@ class WorkerPool(Generic[T, R]):
                 w.proc.join(END_WAIT_S)
                 raise WorkerDied(w.proc.pid, w.proc.exitcode, task_id) from None
             w.task = None
-            if kind == "error":
+            if kind in ("error", "init-error"):
                 error, text = payload
                 raise error from RemoteTraceback(text)
             yield task_id, payload

@@ -110,6 +110,7 @@ def test_workloads_list_and_show() -> None:
         (("bench", "sweep", "--seeds", "1000000000"), "at most 100,000 in one sweep"),
         # options of the other mode, or of the other backend, were ignored without a word
         (("bench", "decision", "--rounds", "3", "--seeds", "7"), "--seeds: applies to random rounds"),
+        (("bench", "decision", "--rounds", "3", "--no-reference"), "--no-reference: applies to random rounds"),
         (("bench", "decision", "--gpus", "8", "--types", "2", "--jobs", "5", "--workload", "x"), "--workload: applies"),
         (
             ("reproduce", "table2", "--quick", "--address", "1.2.3.4:6379"),

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from oak.cli.main import app
 
 WORKLOAD = "name,submit_time_s,application,min_gpus,max_gpus\nj1,0,cifar10,1,8\n"
+FAILURE_LOG = "time_s,job,node,kind,down_s\n100,j1,,crash,\n"
 
 
 @pytest.mark.parametrize(
@@ -21,6 +22,10 @@ WORKLOAD = "name,submit_time_s,application,min_gpus,max_gpus\nj1,0,cifar10,1,8\n
         (["simulate", "--workload", "small", "--json", "o", "--trace-jobs", "o"], "--json and --trace-jobs name"),
         (["compare", "--workload", "w.csv", "--json", "w.csv", "--seeds", "1"], "that is the --workload input"),
         (["workloads", "synth", "--jobs", "3", "--trace", "t.csv", "--out", "t.csv"], "--out t.csv: that is the"),
+        (
+            ["simulate", "--workload", "w.csv", "--failure-model", "trace:f.csv", "--json", "f.csv"],
+            "--failure-model input",
+        ),
     ],
 )
 def test_an_output_naming_an_input_or_another_output_is_refused(
@@ -29,11 +34,26 @@ def test_an_output_naming_an_input_or_another_output_is_refused(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "w.csv").write_text(WORKLOAD)
     (tmp_path / "t.csv").write_text("raw trace\n")
+    (tmp_path / "f.csv").write_text(FAILURE_LOG)
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2, res.output
     assert message in " ".join(res.output.split())
     assert (tmp_path / "w.csv").read_text() == WORKLOAD and (tmp_path / "t.csv").read_text() == "raw trace\n"
+    assert (tmp_path / "f.csv").read_text() == FAILURE_LOG
     assert not (tmp_path / "o").exists()
+
+
+def test_outputs_that_overwrite_nothing_are_not_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two outputs to /dev/null replace no file; a folder named like an embedded workload is not the workload."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "small").mkdir()
+    (tmp_path / "small" / "out.json").write_text("{}")
+    for args in (
+        ["simulate", "--workload", "small", "--json", "/dev/null", "--trace-plot", "/dev/null"],
+        ["simulate", "--workload", "small", "--json", "small/out.json"],
+    ):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, (args, res.output)
 
 
 def test_distinct_outputs_are_written(tmp_path: Path) -> None:

@@ -606,8 +606,12 @@ def test_an_output_naming_a_file_of_the_run_directory_is_refused(tmp_path: Path)
     for args in (["export-trace", str(run), "--out", str(db)], ["replay", str(run), "--json", str(db)]):
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 2, res.output
-        assert "a file of the" in res.output and "which it would overwrite" in " ".join(res.output.split())
+        assert "inside what the run directory" in " ".join(res.output.split()), res.output
     assert db.read_bytes() == b"SQLite format 3\x00"
+    # a trace exported beside the state may be exported again
+    (run / "trace.json").write_text("{}")
+    res = CliRunner().invoke(app, ["export-trace", str(run), "--out", str(run / "trace.json")])
+    assert "inside what the run directory" not in " ".join(res.output.split()), res.output
 
 
 def _edited(**change: Any) -> dict[str, Any]:
@@ -654,3 +658,14 @@ def test_a_hand_edited_trace_is_an_input_error(
     text = " ".join((out.out + out.err).split())
     assert exit_.value.code == 2, text
     assert message in text and "Traceback" not in text, text
+
+
+def test_replay_seeds_that_would_pass_64_bits_are_refused() -> None:
+    """A run at seed 2^64 - 1 replayed with 2 seeds asked the simulator for seed 2^64 (which it refuses)."""
+    from oak.errors import OakInputError
+
+    trace = _edited(run__seed=(1 << 64) - 1)
+    with pytest.raises(OakInputError, match=r"--seeds 2: from the run's seed 18446744073709551615"):
+        replay(trace, ["oak"], seeds=2)
+    twin, results = replay(trace, ["oak"], seeds=1)
+    assert twin.seed == (1 << 64) - 1 and len(results) == 1

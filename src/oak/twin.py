@@ -45,6 +45,7 @@ from oak.catalog import AppProfile, Catalog
 from oak.engine.metrics import JobResult, RunResult
 from oak.engine.rules import PhysicsOptions
 from oak.errors import OakInputError
+from oak.failures.rng import SEED_LIMIT
 from oak.failures.trace import failure_log_csv
 from oak.goodput.online import StepTimeLog, fit_online, linear_scaling_prior
 from oak.model import JobSpec
@@ -408,6 +409,10 @@ def replay(
                 f"the trace cannot be read ({type(exc).__name__}: {exc}): damaged or edited by hand? "
                 "Export it again with oak export-trace"
             ) from None
+        if twin.seed + seeds - 1 >= SEED_LIMIT:
+            raise OakInputError(
+                f"--seeds {seeds}: from the run's seed {twin.seed}, the seeds would pass 2^64 - 1 (seeds are 64-bit)"
+            )
         if knowledge == "hindsight":
             twin = dataclasses.replace(twin, believed={}, learn=frozenset())
         sim = twin.simulator()

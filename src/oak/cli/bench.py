@@ -370,7 +370,7 @@ def bench_decision(
     source = getattr(ctx, "get_parameter_source", None)  # typer's own click: sources compared by name
     for name in random_only if not mode_random else recorded_only:
         if source is not None and getattr(source(name), "name", "") == "COMMANDLINE":
-            flag = "--" + name.replace("_", "-")
+            flag = "--no-reference" if name == "reference" and not reference else "--" + name.replace("_", "-")
             where = (
                 "recorded rounds (without --gpus/--types/--jobs)"
                 if mode_random

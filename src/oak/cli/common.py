@@ -4,6 +4,7 @@ types and the per-job table. Subcommand modules import this, never ``oak.cli.mai
 from __future__ import annotations
 
 import math
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -71,13 +72,15 @@ def fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
-def check_outputs(outputs: dict[str, Path | None], inputs: dict[str, str | Path | None]) -> None:
+def check_outputs(
+    outputs: dict[str, Path | None], inputs: dict[str, str | Path | None], runs: dict[str, Path] | None = None
+) -> None:
     """Exit 2 before any work where an output option names the file of an input (it would be overwritten with no
-    word: ``--workload w.csv --json w.csv``), a file already in an input folder (a run directory's
-    ``state.sqlite``), or the file of another output (one would replace the other). Keys are the options' names;
-    an input that is neither a file nor a folder (an embedded workload's name) is skipped; a new file in an input
-    folder is fine."""
-    given = [(opt, Path(path)) for opt, path in outputs.items() if path is not None]
+    word: ``--workload w.csv --json w.csv``), a file a run directory of ``runs`` keeps (its ``state.sqlite``, a
+    job's folder), or the file of another output (one would replace the other). Keys are the options' names; an
+    input that is not a file (an embedded workload's name) is skipped; an output that is not a regular file
+    (``/dev/null``, a pipe, ``/dev/stdout`` on a terminal) is never overwritten, so never refused."""
+    given = [(opt, Path(path)) for opt, path in outputs.items() if path is not None and _regular(Path(path))]
     for i, (opt, path) in enumerate(given):
         for other, other_path in given[:i]:
             if _same_file(path, other_path):
@@ -85,13 +88,31 @@ def check_outputs(outputs: dict[str, Path | None], inputs: dict[str, str | Path 
         for source, text in inputs.items():
             if text is not None and Path(text).is_file() and _same_file(path, Path(text)):
                 fail(f"{opt} {path}: that is the {source} input, which it would overwrite")
-            if text is not None and Path(text).is_dir() and path.exists() and _inside(path, Path(text)):
-                fail(f"{opt} {path}: a file of the {source} folder {text}, which it would overwrite")
+        for source, run_dir in (runs or {}).items():
+            if run_dir.is_dir() and _kept_by_run(path, run_dir):
+                fail(
+                    f"{opt} {path}: inside what the run directory {run_dir} ({source}) keeps (its state, settings "
+                    "and job folders); write it beside them"
+                )
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    """Whether ``path`` lies in ``folder`` (at any depth, links resolved)."""
-    return path.resolve().is_relative_to(folder.resolve())
+def _regular(path: Path) -> bool:
+    """Whether writing ``path`` would replace a regular file's contents (or create one)."""
+    try:
+        return not path.exists() or stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return True
+
+
+def _kept_by_run(path: Path, run_dir: Path) -> bool:
+    """Whether ``path`` is one of the files a run directory keeps: its state (``state.sqlite`` and the files beside
+    it), its settings, a hidden file (a lock), or anything in a job's folder. A file written there before by
+    ``export-trace`` or ``replay`` may be written again."""
+    real, root = path.resolve(), run_dir.resolve()
+    if not real.is_relative_to(root) or real == root:
+        return False
+    rel = real.relative_to(root)
+    return len(rel.parts) > 1 or rel.name.startswith(("state.", ".")) or rel.name == "run.json"
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -101,6 +122,12 @@ def _same_file(a: Path, b: Path) -> bool:
     except OSError:
         pass
     return a.resolve() == b.resolve()
+
+
+def failure_log_file(physics: Any) -> str | None:
+    """The failure log a ``--failure-model trace:FILE`` replays (None for another model)."""
+    model = str(getattr(physics, "failure_model", "") or "")
+    return model.partition(":")[2].strip() or None if model.strip().startswith("trace:") else None
 
 
 def policy_file(policy: str) -> str | None:

@@ -25,6 +25,7 @@ from oak.cli.common import (
     console,
     err_console,
     fail,
+    failure_log_file,
     jobs_table,
     name_list,
     output_file,
@@ -114,7 +115,7 @@ def simulate(
 
     check_outputs(
         {"--json": json_path, "--trace-jobs": trace_jobs, "--trace-plot": trace_plot},
-        {"--workload": workload, "--policy": policy_file(policy)},
+        {"--workload": workload, "--policy": policy_file(policy), "--failure-model": failure_log_file(physics)},
     )
     physics = with_rules(physics, rules)
     params = _policy_params(
@@ -251,7 +252,10 @@ def compare(
 
     physics = with_rules(physics, rules)
     names = name_list(policies, "--policies")
-    check_outputs({"--json": json_path}, {"--workload": workload, **{n: policy_file(n) for n in names}})
+    check_outputs(
+        {"--json": json_path},
+        {"--workload": workload, "--failure-model": failure_log_file(physics), **{n: policy_file(n) for n in names}},
+    )
     lams = _floats(failure_rates, "--failure-rates")
     for lam in lams:
         if not 0.0 <= lam <= 1.0:  # also NaN

@@ -106,7 +106,11 @@ def run_jobs(
 
     if (gpus is None) == (cpu_slots is None):
         fail("give exactly one of --gpus auto|N and --cpu-slots N")
-    check_outputs({"--json": json_path}, {"JOBS_FILE": jobs_file, "--policy": policy_file(policy)})
+    check_outputs(
+        {"--json": json_path},
+        {"JOBS_FILE": jobs_file, "--policy": policy_file(policy)},
+        {"--run-dir": run_dir} if run_dir is not None else None,
+    )
     if backend not in ("local", "ray", "slurm"):
         fail(f"--backend {backend!r}: expected local, ray or slurm")
     # every plain parameter is checked before anything is loaded or built, with the option's name

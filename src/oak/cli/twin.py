@@ -56,7 +56,7 @@ def export_trace_cmd(
         fail(f"{run_dir}: a file; expected a run directory (oak replay reads a trace file)")
     if not run_dir.is_dir():
         fail(f"{run_dir}: no such run directory")
-    check_outputs({"--out": out, "--failures": failures}, {"RUN_DIR": run_dir})
+    check_outputs({"--out": out, "--failures": failures}, {}, {"RUN_DIR": run_dir})
     trace = export_trace(run_dir)
     write_json(out, trace)
     console.print(f"wrote {out}: {len(trace['jobs'])} job(s), {len(trace['failures'])} failure(s) logged")
@@ -95,7 +95,7 @@ def replay(
     from oak.sim.compare import summarise
     from oak.twin import gap, replay
 
-    check_outputs({"--json": json_path}, {"SOURCE": source})
+    check_outputs({"--json": json_path}, {"SOURCE": source}, {"SOURCE": source})
     trace = _trace_of(source)
     own = str(trace["run"]["policy"])
     names = []

@@ -195,9 +195,13 @@ def test_runs_without_their_job_rows_are_not_stored(one_run_store: Path, tmp_pat
 #: ``oak reproduce`` whose first completed run signals it (MARKER written) and then waits there for the signal,
 #: mid-sweep: the signal comes while the run is done but not yet written (results are flushed every 15 s).
 _SIGNALLED_REPRODUCE = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
 import oak.reproduce.runner as runner
+
+# Ctrl-C as a terminal delivers it: a test run started in the background of a non-interactive shell inherits SIGINT
+# ignored, and Python then leaves it ignored (as it should for a background job)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 marker, real = Path(sys.argv[1]), runner.execute
 

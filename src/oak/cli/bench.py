@@ -14,7 +14,16 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from oak.cli.common import ClusterOpt, JsonOpt, bench_app, check_sweep_size, console, fail, name_list
+from oak.cli.common import (
+    ClusterOpt,
+    JsonOpt,
+    bench_app,
+    check_sweep_size,
+    console,
+    fail,
+    name_list,
+    typed_options,
+)
 from oak.policies.base import PolicyBase
 
 
@@ -321,6 +330,7 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) ->
 
 @bench_app.command("decision")
 def bench_decision(
+    ctx: typer.Context,
     policies: Annotated[str, typer.Option(help="Comma-separated policies to time.")] = "oak,sia",
     workload: Annotated[str, typer.Option(help="Workload whose recorded rounds are replayed.")] = "medium",
     rounds: Annotated[int, typer.Option(help="Rounds replayed per policy.")] = 200,
@@ -350,7 +360,6 @@ def bench_decision(
             "(oak compare/reproduce, 8 runs or more); the same decisions.",
         ),
     ] = False,
-    ctx: typer.Context = typer.Option(None, hidden=True),  # noqa: B008 - typer's way to ask for the context
 ) -> None:
     """Median/p95 decision time per policy at the paper's scale (12 GPUs), as ratios to oak's in the same run;
     oak and sia are also timed with HiGHS forced. A short command runs a paper-scale round's DP in NumPy; with
@@ -367,16 +376,14 @@ def bench_decision(
     random_only = ("seeds", "gpus_per_node", "reference_timeout", "reference")
     recorded_only = ("policies", "workload", "rounds", "round_kernels")
     mode_random = any(x is not None for x in scale)
-    source = getattr(ctx, "get_parameter_source", None)  # typer's own click: sources compared by name
-    for name in random_only if not mode_random else recorded_only:
-        if source is not None and getattr(source(name), "name", "") == "COMMANDLINE":
-            flag = "--no-reference" if name == "reference" and not reference else "--" + name.replace("_", "-")
-            where = (
-                "recorded rounds (without --gpus/--types/--jobs)"
-                if mode_random
-                else "random rounds (--gpus, --types, --jobs)"
-            )
-            fail(f"{flag}: applies to {where} only; it would be ignored here")
+    for name in sorted(typed_options(ctx, recorded_only if mode_random else random_only)):
+        flag = "--no-reference" if name == "reference" and not reference else "--" + name.replace("_", "-")
+        where = (
+            "recorded rounds (without --gpus/--types/--jobs)"
+            if mode_random
+            else "random rounds (--gpus, --types, --jobs)"
+        )
+        fail(f"{flag}: applies to {where} only; it would be ignored here")
     if mode_random:
         if gpus is None or types is None or jobs is None:
             fail("--gpus, --types and --jobs go together")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -292,6 +292,13 @@ def _check_rules_given(rules: Any, given: dict[str, Any]) -> None:
             )
 
 
+def typed_options(ctx: Any, names: Iterable[str]) -> set[str]:
+    """The parameters of ``names`` given on the command line (not left at their defaults) in click context
+    ``ctx`` (None: none known). Typer vendors its own click, so the source is compared by name."""
+    source = getattr(ctx, "get_parameter_source", None)
+    return {k for k in names if source is not None and getattr(source(k), "name", "") == "COMMANDLINE"}
+
+
 def _physics_message(message: str) -> str:
     """``PhysicsOptions``' message with the option's name for its field: ``physics horizon_s=-5.0: ...`` →
     ``--horizon -5.0: ...``."""
@@ -334,8 +341,7 @@ def with_physics_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> Any:
         ctx = kwargs.pop(_CTX, None)  # which options were typed (not defaults): a --rules set must not override them
-        source = getattr(ctx, "get_parameter_source", None)  # typer's own click: compared by the source's name
-        given = {k for k in names if source is not None and getattr(source(k), "name", "") == "COMMANDLINE"}
+        given = typed_options(ctx, names)
         _check_rules_given(kwargs.get("rules"), {k: kwargs[k] for k in given if k in kwargs})
         values = {names[k]: kwargs.pop(k) for k in list(kwargs) if k in names}
         check_round(values.get("round_s", PhysicsOptions.round_s), values.get("horizon_s", PhysicsOptions.horizon_s))

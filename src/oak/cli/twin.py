@@ -136,13 +136,14 @@ def replay(
         )
     console.print(table)
     own_run = next((r for r in results if r.policy == own and r.seed == twin.seed), None)
-    g = None if own_run is None else gap(twin.measured, own_run)
-    if own_run is None or g is None:
+    g = None
+    if own_run is None:
         console.print(
             f"the run's own policy ({own}) was not simulated: add own to --policies for its job-by-job gap to the "
             "measured run"
         )
     else:
+        g = gap(twin.measured, own_run)
         _print_gap(own, own_run, twin, g)
     if json_path is not None:
         write_json(

@@ -280,4 +280,4 @@ def test_an_allocation_the_world_cannot_run_is_a_policy_error(
     wl = load_workload("small")
     with pytest.raises(PolicyError) as caught:
         Simulator(wl, cluster_preset("paper-12")).run(Bad(), 0.0, 0)
-    assert "policy 'bad' at t=0 s" in str(caught.value) and message in str(caught.value), str(caught.value)
+    assert "policy 'bad' at t = 0 s" in str(caught.value) and message in str(caught.value), str(caught.value)

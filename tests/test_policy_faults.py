@@ -100,5 +100,5 @@ def test_an_invalid_allocation_of_a_user_policy_is_one_clear_line(tmp_path: Path
     )
     assert res.returncode == 2, res.stdout[-1000:] + res.stderr[-2000:]
     assert "Traceback" not in res.stderr
-    assert "policy 'greedy' at t=" in res.stderr
+    assert "policy 'greedy' at t = " in res.stderr
     assert re.search(r"job '[^']+' was given configuration \d+ \(.+\), which is not valid|GPUs of type", res.stderr)

@@ -373,7 +373,7 @@ class ClusterModel:
             c = int(choice[pos])
             what = f"configuration {c} ({self.configs[c]})" if c < len(self.configs) else f"configuration {c}"
             raise PolicyError(
-                f"policy {name!r} at t={t:g} s: job {snap.job_names[pos]!r} was given {what}, which is not "
+                f"policy {name!r} at t = {t:,.0f} s: job {snap.job_names[pos]!r} was given {what}, which is not "
                 f"valid for it (outside its GPU bounds or where it cannot run; {int(snap.valid[pos].sum())} "
                 f"of {len(self.configs)} configurations are)"
             )
@@ -382,7 +382,7 @@ class ClusterModel:
         if np.any(used > snap.capacity):
             k = int(np.flatnonzero(used > snap.capacity)[0])
             raise PolicyError(
-                f"policy {name!r} at t={t:g} s: {int(used[k])} GPUs of type {snap.gpu_types[k]!r} allocated, "
+                f"policy {name!r} at t = {t:,.0f} s: {int(used[k])} GPUs of type {snap.gpu_types[k]!r} allocated, "
                 f"{int(snap.capacity[k])} available"
             )
         configs = self.configs
@@ -425,20 +425,20 @@ class ClusterModel:
         want = (len(active), len(self.cluster.nodes))
         if rep.shape != want:
             raise PolicyError(
-                f"policy {name!r} at t={t:g} s returned replicas of shape {rep.shape}; expected {want} "
+                f"policy {name!r} at t = {t:,.0f} s returned replicas of shape {rep.shape}; expected {want} "
                 "(one row per job, one column per node)"
             )
         if np.any(rep < 0):
             pos, node = (int(v[0]) for v in np.nonzero(rep < 0))
             raise PolicyError(
-                f"policy {name!r} at t={t:g} s gave job {snap.job_names[pos]!r} {int(rep[pos, node])} GPUs on node "
+                f"policy {name!r} at t = {t:,.0f} s gave job {snap.job_names[pos]!r} {int(rep[pos, node])} GPUs on node "
                 f"{node}; expected a count >= 0"
             )
         over = np.flatnonzero(rep.sum(axis=0) > snap.node_gpus)
         if len(over):
             node = int(over[0])
             raise PolicyError(
-                f"policy {name!r} at t={t:g} s placed {int(rep[:, node].sum())} GPUs on node {node}, which has "
+                f"policy {name!r} at t = {t:,.0f} s placed {int(rep[:, node].sum())} GPUs on node {node}, which has "
                 f"{int(snap.node_gpus[node])} available"
             )
         shapes = np.full(len(active), -1, dtype=np.int64)
@@ -453,7 +453,7 @@ class ClusterModel:
             feasible = shape >= 0 and self.table.choices(self.apps[i].name, int(st.epoch[i])).goodput[shape] > 0
             if len(types) > 1 or not feasible or not snap.min_gpus[pos] <= key[2] <= snap.max_gpus[pos]:
                 raise PolicyError(
-                    f"policy {name!r} at t={t:g} s gave job {snap.job_names[pos]!r} an invalid placement "
+                    f"policy {name!r} at t = {t:,.0f} s gave job {snap.job_names[pos]!r} an invalid placement "
                     f"({int(rep[pos].sum())} GPUs on nodes {used.tolist()}): GPUs of one type, a shape it can run "
                     f"on, between its {int(snap.min_gpus[pos])} and {int(snap.max_gpus[pos])} GPUs, were expected"
                 )
@@ -470,8 +470,8 @@ def _integers(values: Any, name: str, t: float, what: str) -> np.ndarray:
         bad = ~np.isfinite(arr) | (arr != np.round(arr))
         if bad.any():
             raise PolicyError(
-                f"policy {name!r} at t={t:g} s returned {what} that are not whole numbers (e.g. {float(arr[bad].flat[0])!r})"
+                f"policy {name!r} at t = {t:,.0f} s returned {what} that are not whole numbers (e.g. {float(arr[bad].flat[0])!r})"
             )
     elif arr.dtype.kind not in "iu":
-        raise PolicyError(f"policy {name!r} at t={t:g} s returned {what} of type {arr.dtype}; expected integers")
+        raise PolicyError(f"policy {name!r} at t = {t:,.0f} s returned {what} of type {arr.dtype}; expected integers")
     return arr.astype(np.int64, copy=False)

@@ -625,6 +625,10 @@ def _edited(**change: Any) -> dict[str, Any]:
     return trace
 
 
+def _fails(**target: Any) -> dict[str, Any]:
+    return {"failures": [{"time_s": 3.0, "kind": "node-loss", **target}]}
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [  # each was replayed as something else (seed 1, a job done at once, 3 jobs of 2 names) or a traceback
@@ -636,6 +640,15 @@ def _edited(**change: Any) -> dict[str, Any]:
         ({"jobs__0__measured": None}, "jobs[0].measured: expected a JSON object"),
         ({"run__failure_rate": 2}, "run.failure_rate 2: expected a probability in [0, 1]"),
         ({"jobs__0__steplog": {"entries": "x"}}, "the trace cannot be read ("),
+        # a failure line's target: a traceback, an error naming a temporary file, or (neither) dropped unsaid
+        (_fails(node="x", down_s=10), "failures[0].node 'x': expected a node index from 0 to 0 (the run has 1"),
+        (_fails(node=3, down_s=10), "failures[0].node 3: expected a node index from 0 to 0"),
+        (_fails(node=True, down_s=10), "failures[0].node True: expected a node index"),
+        (_fails(node=0, down_s=-1), "failures[0].down_s -1: expected a number of seconds > 0"),
+        (_fails(node=0), "failures[0]: missing field 'down_s'"),
+        (_fails(job="zz"), "failures[0].job 'zz': expected the name of one of the trace's jobs"),
+        (_fails(), "failures[0]: expected exactly one of job (a job's failure) and node (a node's)"),
+        (_fails(job="a", node=0, down_s=10), "failures[0]: expected exactly one of job"),
     ],
 )
 def test_a_hand_edited_trace_is_an_input_error(

@@ -309,3 +309,31 @@ def check_trace(doc: dict[str, Any], where: str) -> None:
             raise OakInputError(f"{where}: failures[{i}].kind {f['kind']!r}: expected one of {', '.join(KINDS)}")
         if not (_number(f["time_s"]) and f["time_s"] >= 0):
             raise OakInputError(f"{where}: failures[{i}].time_s {f['time_s']!r}: expected a number of seconds >= 0")
+        _check_failure_target(f, f"{where}: failures[{i}]", seen, _node_count(run))
+
+
+def _node_count(run: dict[str, Any]) -> int:
+    """How many nodes a replay of the run has: its nodes, or one node of ``devices`` devices."""
+    nodes = run.get("nodes")
+    return len(nodes) if isinstance(nodes, list) and nodes else 1
+
+
+def _check_failure_target(f: dict[str, Any], where: str, jobs: set[str], n_nodes: int) -> None:
+    """A failure line names one of the trace's jobs, or a node of the run (its index; -1: a node the run did not
+    know, which a replay leaves out) with how long it stayed down."""
+    if ("job" in f) == ("node" in f):
+        raise OakInputError(f"{where}: expected exactly one of job (a job's failure) and node (a node's)")
+    if "job" in f:
+        if f["job"] not in jobs:
+            raise OakInputError(f"{where}.job {f['job']!r}: expected the name of one of the trace's jobs")
+        return
+    node = f["node"]
+    if not (_integer(node) and -1 <= node < n_nodes):
+        raise OakInputError(
+            f"{where}.node {node!r}: expected a node index from 0 to {n_nodes - 1} (the run has {n_nodes} "
+            "node(s)), or -1 for a node the run did not know"
+        )
+    if "down_s" not in f:
+        raise OakInputError(f"{where}: missing field 'down_s' (how long the node stayed down)")
+    if not (_number(f["down_s"]) and f["down_s"] > 0):
+        raise OakInputError(f"{where}.down_s {f['down_s']!r}: expected a number of seconds > 0")

@@ -208,3 +208,29 @@ def test_a_worker_killed_while_idle_is_worker_died_on_submit() -> None:
         with pytest.raises(WorkerDied, match="killed by SIGKILL"):
             pool.submit(0, -1)
             list(pool.results())
+
+
+def test_bench_sweep_names_a_dead_worker_in_one_line(tmp_path: Path) -> None:
+    """`oak bench sweep` printed a traceback when a pool worker died (its one-process reference runs first, in
+    the command's own process, so the policy here dies only in a worker)."""
+    (tmp_path / "plug.py").write_text(
+        "import multiprocessing, os, signal\nfrom oak import PolicyBase\nfrom oak.policies.drf import DrfPolicy\n\n"
+        "class DiesInAWorker(DrfPolicy):\n    name = 'dies-in-a-worker'\n\n"
+        "    def decide(self, snap):\n"
+        "        if multiprocessing.parent_process() is not None:\n"
+        "            os.kill(os.getpid(), signal.SIGKILL)\n"
+        "        return super().decide(snap)\n",
+        encoding="utf-8",
+    )
+    cmd = [sys.executable, "-m", "oak", "bench", "sweep", "--workload", "small", "--policies", "plug.py:DiesInAWorker"]
+    res = subprocess.run(
+        [*cmd, "--seeds", "1", "--failure-rates", "0.1", "--workers", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-3000:]
+    text = " ".join(res.stderr.split())
+    assert "Traceback" not in res.stderr, res.stderr
+    assert "killed by SIGKILL" in text and "while it ran plug.py:DiesInAWorker on small" in text, text

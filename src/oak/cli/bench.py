@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from oak.cli.common import (
@@ -20,6 +21,7 @@ from oak.cli.common import (
     bench_app,
     check_sweep_size,
     console,
+    err_console,
     fail,
     name_list,
     typed_options,
@@ -616,6 +618,7 @@ def bench_sweep(
     from oak.cli.main import _check_spec, _floats, _policy_params
     from oak.io_util import write_json
     from oak.sim.compare import RunSpec, run_one, run_pool, sweep_kernels
+    from oak.sim.pool import WorkerDied
 
     names = name_list(policies, "--policies")
     lams = _floats(failure_rates, "--failure-rates")
@@ -655,14 +658,18 @@ def bench_sweep(
     busy: dict[str, list[float]] = {name: [] for name, _ in ways}
     longest: dict[str, list[float]] = {name: [] for name, _ in ways}
     jcts: dict[str, list[Any]] = {}
-    for _ in range(repeat):
-        for name, fn in ways:
-            t0 = time.perf_counter()
-            res = fn()
-            walls[name].append(time.perf_counter() - t0)
-            busy[name].append(float(sum(r.wall_s for r in res)))
-            longest[name].append(float(max(r.wall_s for r in res)))
-            jcts.setdefault(name, [[j.jct_s for j in r.jobs] for r in res])
+    try:
+        for _ in range(repeat):
+            for name, fn in ways:
+                t0 = time.perf_counter()
+                res = fn()
+                walls[name].append(time.perf_counter() - t0)
+                busy[name].append(float(sum(r.wall_s for r in res)))
+                longest[name].append(float(max(r.wall_s for r in res)))
+                jcts.setdefault(name, [[j.jct_s for j in r.jobs] for r in res])
+    except WorkerDied as exc:  # as oak compare: not the input's fault, exit 1 in one line
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}; nothing was written", highlight=False)
+        raise typer.Exit(code=1) from None
     ref = statistics.median(walls[ways[0][0]])
     rows: list[dict[str, Any]] = []
     for name, _ in ways:

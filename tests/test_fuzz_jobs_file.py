@@ -283,6 +283,7 @@ BAD_PARAMETERS: list[tuple[tuple[str, ...], str]] = [
     (("--failure-rate", "nan"), "--failure-rate nan"),
     (("--round-seconds", "0"), "--round-seconds 0.0: expected a positive number of seconds"),
     (("--round-seconds", "inf"), "--round-seconds inf"),
+    (("--stop-seconds", "0"), "--stop-seconds 0.0: expected a positive number of seconds"),
     (("--time-limit", "-1"), "--time-limit -1.0"),
     (("--seed", "-1"), "--seed -1: expected an integer from 0 to 2^64 - 1"),
     (("--seed", str(1 << 64)), "--seed 18446744073709551616: expected an integer from 0 to 2^64 - 1"),
@@ -307,6 +308,28 @@ def test_bad_run_parameters_exit_2(
     assert code == 2, out
     assert expected in out and "Traceback" not in out, out
     assert not (tmp_path / "run").exists(), "nothing is started for a bad parameter"
+
+
+def test_run_gives_its_stop_grace_period_to_the_scheduler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``oak run --stop-seconds`` (docs/runtime.md: a stopping job is SIGKILLed that long after the request)
+    did not exist: only ``oak serve`` had it."""
+    from oak.runtime import scheduler
+
+    seen: list[Any] = []
+
+    def capture(self: Any, jobs: Any, policy: Any, directory: Any, opts: Any, **kw: Any) -> None:
+        seen.append(opts)
+        raise SystemExit(7)
+
+    monkeypatch.setattr(scheduler.RuntimeScheduler, "__init__", capture)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "good.yaml").write_text(GOOD)
+    for args, want in (((), 60.0), (("--stop-seconds", "2.5"), 2.5)):
+        code, out = oak_run_inprocess(monkeypatch, capsys, "good.yaml", "--cpu-slots", "1", *args)
+        assert code == 7, out
+        assert seen.pop().stop_timeout_s == want
 
 
 def test_cli_subprocess_exit_status_and_no_traceback(tmp_path: Path) -> None:

@@ -90,6 +90,7 @@ def run_jobs(
     max_retries: Annotated[
         int, typer.Option(help="A job failing this many times in a row without progress fails for good.")
     ] = 3,
+    stop_seconds: Annotated[float, typer.Option(help="Grace period of a stop (SIGTERM) before SIGKILL.")] = 60.0,
     stall_seconds: Annotated[
         float, typer.Option(help="Kill as failed a job whose status is older than this (a hung collective).")
     ] = 180.0,
@@ -115,7 +116,13 @@ def run_jobs(
         fail(f"--backend {backend!r}: expected local, ray or slurm")
     # every plain parameter is checked before anything is loaded or built, with the option's name
     check_runtime_options(
-        cpu_slots, failure_rate, seed, max_retries, round_seconds=round_seconds, stall_seconds=stall_seconds
+        cpu_slots,
+        failure_rate,
+        seed,
+        max_retries,
+        round_seconds=round_seconds,
+        stop_seconds=stop_seconds,
+        stall_seconds=stall_seconds,
     )
     if time_limit is not None and not time_limit > 0:
         fail(f"--time-limit {time_limit!r}: expected a positive number of seconds")
@@ -138,6 +145,7 @@ def run_jobs(
         round_s=round_seconds,
         seed=seed,
         time_limit_s=time_limit,
+        stop_timeout_s=stop_seconds,
         stall_s=stall_seconds,
         max_retries=max_retries,
         retry_failed=retry_failed,

@@ -13,11 +13,18 @@ import pytest
 from oak.workloads import load_workload
 from support.cli import oak
 
-RUN_KEYS = {
-    "policy", "workload", "failure_rate", "seed", "mean_jct_s", "median_jct_s", "p99_jct_s", "max_jct_s",
-    "makespan_s", "restarts_per_job", "decision_ms_mean", "decision_ms_p95", "rounds", "jobs",
-}  # fmt: skip
-JOB_KEYS = {"name", "jct_s", "restarts", "failures", "t_progress_s", "t_ckpt_s", "t_queue_s"}
+
+def _documented(item: str) -> set[str]:
+    """The JSON keys docs/cli.md lists in its "JSON output" bullet that starts with ``item``."""
+    section = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = section.split("## JSON output", 1)[1].split("\n## ", 1)[0]
+    bullet = next(b for b in section.split("\n- ")[1:] if b.startswith(item))
+    return set(re.findall(r"`([a-z0-9_]+)`", bullet))
+
+
+RUN_KEYS = _documented("each run:")
+HARDWARE_KEYS = _documented("with a hardware")
+JOB_KEYS = _documented("each job:")
 
 
 def test_compare_writes_documented_json(tmp_path: Path) -> None:
@@ -28,11 +35,18 @@ def test_compare_writes_documented_json(tmp_path: Path) -> None:
     assert "mean JCT" in res.stdout
     runs = json.loads(out.read_text())["runs"]
     assert len(runs) == 3 * 2 * 2
+    assert len(RUN_KEYS) > 20 and len(JOB_KEYS) > 10 and "paper" not in HARDWARE_KEYS
     for run in runs:
-        assert set(run) >= RUN_KEYS
+        assert set(run) == RUN_KEYS, "docs/cli.md lists every key"
         assert len(run["jobs"]) == 4
         for job in run["jobs"]:
-            assert set(job) >= JOB_KEYS
+            assert set(job) == JOB_KEYS, "docs/cli.md lists every key"
+    hardware = tmp_path / "hw.json"
+    res = oak("compare", "--workload", "small", "--policies", "oak", "--seeds", "1", "--failure-rates", "0",
+              "--failure-model", "llama3:scale=300", "--json", str(hardware))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    (run,) = json.loads(hardware.read_text())["runs"]
+    assert set(run) == RUN_KEYS | HARDWARE_KEYS
     # Paired: at λ = 0 seeds are identical (no randomness left), at λ = 0.1 they differ.
     by = {(r["policy"], r["failure_rate"], r["seed"]): r for r in runs}
     assert by[("oak", 0.0, 0)]["mean_jct_s"] == by[("oak", 0.0, 1)]["mean_jct_s"]

@@ -245,3 +245,23 @@ def test_oak_runs_table_says_failed_not_unfinished(capsys: pytest.CaptureFixture
     nothing = RunResult("oak", "w", 0.0, 0, (job("bad", None), job("b2", None)), (0.1,), 5.0, 5.0, 1.0)
     print_run_table(nothing, "t", {"bad": "failed", "b2": "failed"})
     assert "no job finished (2 of 2 unfinished, 2 failed)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_relative_run_dir_gives_a_job_in_another_workdir_the_right_contract_paths(tmp_path: Path) -> None:
+    """With `--run-dir rd` (relative) a job whose `workdir` is elsewhere was told OAK_STATUS_FILE=rd/jobs/…,
+    relative to its own directory: its status and checkpoints landed under workdir/rd, and the scheduler saw it
+    done at step 0. Contract paths are absolute now."""
+    (tmp_path / "sub").mkdir()
+    report = "import oak.job; oak.job.report(1, total_steps=1); oak.job.report(2, total_steps=2)"
+    (tmp_path / "jobs.yaml").write_text(
+        _job(f"{{name: a, command: [{sys.executable}, -c, {json.dumps(report)}], workdir: {tmp_path / 'sub'}}}")
+    )
+    res = subprocess.run(
+        [sys.executable, "-m", "oak", "run", "jobs.yaml", "--cpu-slots", "1", "--round-seconds", "1", "--run-dir", "rd"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert not (tmp_path / "sub" / "rd").exists(), "the job wrote its contract files under its own workdir"
+    status = oak("status", "--run-dir", str(tmp_path / "rd"), "--json")
+    (job,) = json.loads(status.stdout)["jobs"]
+    assert job["state"] == "done" and job["step"] == 2, job

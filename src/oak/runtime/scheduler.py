@@ -207,7 +207,8 @@ class RuntimeScheduler:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.policy = policy
         self.opts = opts
-        self.run_dir = Path(run_dir)
+        # absolute: the jobs' contract paths (checkpoints, status file) must not depend on their working directory
+        self.run_dir = Path(run_dir).absolute()
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         # private whatever mode it had: only its owner may enter it (jobs' commands, environments, checkpoints)
         if self.run_dir.stat().st_mode & 0o077 and self.run_dir.stat().st_uid == os.getuid():

@@ -8,6 +8,7 @@ with status 2 and a one-line message naming the file and line/field (or the opti
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -394,3 +395,38 @@ def test_data_folder_is_checked_when_the_file_is_loaded(tmp_path: Path) -> None:
         parse_jobs(text.replace(str(missing), str(empty)), "jobs.yaml")
     (empty / "data_batch_1").write_bytes(b"")
     assert parse_jobs(text.replace(str(missing), str(empty)), "jobs.yaml").jobs[0].data == str(empty)
+
+
+def test_a_second_oak_run_on_a_run_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two `oak run` on one run directory both ran every job (steps computed twice, opposite verdicts); the
+    second now exits 2 before anything starts, as a second `oak serve` does."""
+    import fcntl
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "good.yaml").write_text(GOOD)
+    (tmp_path / "run").mkdir()
+    held = os.open(tmp_path / "run" / "serve.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another process's scheduler (a lock of another open file)
+    try:
+        code, out = oak_run_inprocess(monkeypatch, capsys, "good.yaml", "--cpu-slots", "1", "--run-dir", "run")
+    finally:
+        os.close(held)
+    assert code == 2, out
+    assert "another oak run or oak serve is running on this run directory" in out and "Traceback" not in out
+    assert not (tmp_path / "run" / "state.sqlite").exists(), "nothing was started"
+
+
+def test_json_into_a_new_run_directorys_state_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--json RUN/state.sqlite` was refused only when RUN existed: on a new run the JSON replaced the state."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "good.yaml").write_text(GOOD)
+    for name in ("state.sqlite", "run.json", "serve.lock"):
+        code, out = oak_run_inprocess(
+            monkeypatch, capsys, "good.yaml", "--cpu-slots", "1", "--run-dir", "new", "--json", f"new/{name}"
+        )
+        assert code == 2 and "inside what the run directory new" in out, out
+        assert not (tmp_path / "new").exists()

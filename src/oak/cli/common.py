@@ -89,7 +89,7 @@ def check_outputs(
             if text is not None and Path(text).is_file() and _same_file(path, Path(text)):
                 fail(f"{opt} {path}: that is the {source} input, which it would overwrite")
         for source, run_dir in (runs or {}).items():
-            if run_dir.is_dir() and _kept_by_run(path, run_dir):
+            if _kept_by_run(path, run_dir):  # also a directory the command is about to create
                 fail(
                     f"{opt} {path}: inside what the run directory {run_dir} ({source}) keeps (its state, settings "
                     "and job folders); write it beside them"
@@ -112,7 +112,12 @@ def _kept_by_run(path: Path, run_dir: Path) -> bool:
     if not real.is_relative_to(root) or real == root:
         return False
     rel = real.relative_to(root)
-    return len(rel.parts) > 1 or rel.name.startswith(("state.", ".")) or rel.name == "run.json"
+    return len(rel.parts) > 1 or rel.name.startswith(("state.", ".")) or rel.name in RUN_FILES
+
+
+RUN_FILES = frozenset({"run.json", "serve.lock", "oak.sock", "token", "rounds.jsonl", "metrics.prom"})
+"""The files of a run directory beside its state (``state.*``) and job folders: settings, the service's lock,
+socket, token, rounds log and metrics."""
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -136,6 +136,7 @@ def run_jobs(
     )
     executor, devices, kind, nodes = make_executor(backend, gpus, cpu_slots, address, directory, cluster_from)
     ptype = profile_type_of(profile_type, kind, catalog)
+    _lock_run_dir(directory)  # held until this process ends: a second scheduler would run every job twice
     opts = RuntimeOptions(
         nodes=nodes,
         devices=devices,
@@ -186,6 +187,33 @@ def run_jobs(
 MAX_CPU_SLOTS = 4096
 """Most ``--cpu-slots``: the largest cluster the simulator's presets model (4,096 GPUs); a slot is a worker
 process, and a count far beyond any machine's only costs the scheduler memory and time before refusing every job."""
+
+
+_LOCKS: dict[Path, int] = {}
+"""Run directories this process holds the scheduler lock of (taken once, kept until the process ends)."""
+
+
+def _lock_run_dir(directory: Path) -> None:
+    """Take the run directory's scheduler lock (the one ``oak serve`` takes) for the rest of this process, or exit
+    2 if another ``oak run`` or ``oak serve`` holds it."""
+    import fcntl
+
+    from oak.service.protocol import LOCK_NAME
+
+    if directory.absolute() in _LOCKS:
+        return
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        fail(f"--run-dir {directory}: cannot be written ({exc.strerror or exc})")
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        fail(f"--run-dir {directory}: another oak run or oak serve is running on this run directory")
+    _LOCKS[directory.absolute()] = fd
 
 
 def check_runtime_options(

@@ -64,6 +64,12 @@ def test_command_jobs_parse_with_the_contract_fields() -> None:
         ("{name: a, command: []}", "expected a non-empty list"),
         ("{name: a, command: [python], model: tiny}", "either 'model' or 'command'"),
         ("{name: a, command: [python], env: {MASTER_PORT: 1}}", "set by the job contract"),
+        # were silently replaced (threads) or silently replaced the scheduler's advice (the interval)
+        ("{name: a, command: [python], env: {OMP_NUM_THREADS: '7'}}", "env.OMP_NUM_THREADS: set by the job contract"),
+        (
+            "{name: a, command: [python], env: {OAK_CHECKPOINT_INTERVAL_S: '9'}}",
+            "env.OAK_CHECKPOINT_INTERVAL_S: set by",
+        ),
         ("{name: a, command: [python], width_mult: 0.5}", "only for the packaged worker"),
         ("{name: a, model: tiny, target_steps: 3, env: {A: 1}}", "only for a 'command' job"),
         ("{name: a, command: [python], application: nope}", "jobs[0].application='nope'"),

@@ -88,6 +88,9 @@ CONTRACT_VARS = frozenset(
         "MASTER_ADDR",
         "MASTER_PORT",
         "CUDA_VISIBLE_DEVICES",
+        "OAK_CHECKPOINT_INTERVAL_S",  # the scheduler's advice (docs/jobs.md)
+        "OMP_NUM_THREADS",  # the rank's share of the devices (CPU slots) or 1
+        "MKL_NUM_THREADS",
     }
 )
 

@@ -285,6 +285,7 @@ BAD_PARAMETERS: list[tuple[tuple[str, ...], str]] = [
     (("--round-seconds", "0"), "--round-seconds 0.0: expected a positive number of seconds"),
     (("--round-seconds", "inf"), "--round-seconds inf"),
     (("--stop-seconds", "0"), "--stop-seconds 0.0: expected a positive number of seconds"),
+    (("--address", "1.2.3.4:6379"), "--address 1.2.3.4:6379: the address of a Ray cluster; it applies to --backend"),
     (("--time-limit", "-1"), "--time-limit -1.0"),
     (("--seed", "-1"), "--seed -1: expected an integer from 0 to 2^64 - 1"),
     (("--seed", str(1 << 64)), "--seed 18446744073709551616: expected an integer from 0 to 2^64 - 1"),

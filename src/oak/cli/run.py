@@ -260,6 +260,8 @@ def make_executor(
     from oak.runtime.backends import BackendRequest, cluster_nodes
     from oak.runtime.backends import make_executor as backend_executor
 
+    if address is not None and backend != "ray":
+        fail(f"--address {address}: the address of a Ray cluster; it applies to --backend ray only")
     if cluster_from is not None and cluster_from not in ("slurm", "ray"):
         fail(f"--cluster-from {cluster_from!r}: expected slurm or ray")
     if cluster_from is not None and cluster_from != backend:

@@ -37,6 +37,29 @@ def test_numbers_read_as_yaml_1_2_and_arguments_keep_their_text() -> None:
     job = parse_jobs(_job("{name: a, command: [train, --lr, 1e-3, 0.10, 7, 1_000], env: {LR: 1e-3}}"), "j.yaml")
     assert job.jobs[0].command == ("train", "--lr", "1e-3", "0.10", "7", "1_000")  # as typed, not 0.001
     assert job.jobs[0].env == (("LR", "1e-3"),)
+    # YAML 1.1 readings PyYAML made silently: 010 as 8 (octal), 12:30 as 750 (base 60), 1_000 as 1000, on/yes as
+    # true (a job named True); YAML 1.2 reads 10 and strings
+    assert parse_jobs(_job("{name: a, model: tiny, target_steps: 010}"), "j.yaml").jobs[0].target_steps == 10
+    for text in ("12:30", "1_000"):
+        with pytest.raises(OakInputError, match=f"target_steps='{text}': expected an integer"):
+            parse_jobs(_job(f"{{name: a, model: tiny, target_steps: {text}}}"), "j.yaml")
+    job = parse_jobs(_job("{name: on, command: [x, yes, 2020-01-01, 0x1f]}"), "j.yaml")
+    assert job.jobs[0].name == "on" and job.jobs[0].command == ("x", "yes", "2020-01-01", "0x1f")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key"),
+    [
+        ("jobs:\n  - {name: a, name: b, command: [x]}\n", 2, "name"),
+        ("jobs:\n  - {name: a, command: [x]}\njobs:\n  - {name: b, command: [x]}\n", 3, "jobs"),
+        ("jobs:\n  - name: a\n    min_gpus: 1\n    command: [x]\n    min_gpus: 2\n", 5, "min_gpus"),
+        ("jobs:\n  - {name: a, command: [x], env: {A: '1', A: '2'}}\n", 2, "A"),
+    ],
+)
+def test_a_key_given_twice_is_refused_with_its_line(text: str, line: int, key: str) -> None:
+    """PyYAML keeps the last of two equal keys without a word: a job named b, the first jobs list dropped."""
+    with pytest.raises(OakInputError, match=f"j.yaml:{line}: not valid YAML \\(key '{key}' given twice"):
+        parse_jobs(text, "j.yaml")
 
 
 def test_a_workdir_must_be_an_existing_absolute_directory(tmp_path: Path) -> None:

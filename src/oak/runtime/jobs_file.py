@@ -206,6 +206,14 @@ def _literal(item: yaml.Node, value: Any) -> Any:
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for k, _ in node.value:  # YAML requires unique keys; PyYAML keeps the last one without a word
+        key = k.value if isinstance(k, yaml.ScalarNode) else id(k)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {_show(key)} given twice in one mapping", k.start_mark
+            )
+        seen.add(key)
     mapping = loader.construct_mapping(node, deep=True)
     for k, v in node.value:
         key = str(k.value)
@@ -223,13 +231,38 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-# YAML 1.2 floats: PyYAML follows YAML 1.1, where `1e2` and `3E-4` (no dot) are strings; a user writing
-# `restart_penalty_s: 1e2` means 100.0 (YAML 1.2's core schema, JSON, Python all read it so).
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+.0123456789"),
-)
+
+# YAML 1.2's core schema for plain scalars, as docs/jobs.md promises. PyYAML follows YAML 1.1, where `1e2` is a
+# string, `010` is 8 (octal), `12:30` is 750 (base 60), `1_000` is 1000, `on`/`yes` are true and `2020-01-01` is a
+# date; under YAML 1.2 (and JSON, and Python) `1e2` is 100.0, `010` is 10, and the others are strings.
+_CORE = {
+    "tag:yaml.org,2002:null": (r"~|null|Null|NULL|", "~nN"),
+    "tag:yaml.org,2002:bool": (r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    "tag:yaml.org,2002:int": (r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
+    "tag:yaml.org,2002:float": (
+        r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+        "-+.0123456789",
+    ),
+}
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in _CORE and not tag.endswith(":timestamp")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for _tag, (_pattern, _first) in _CORE.items():
+    _Loader.add_implicit_resolver(
+        _tag, re.compile(f"^(?:{_pattern})$"), [*_first] + ([""] if _tag.endswith("null") else [])
+    )
+
+
+def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
+    """A YAML 1.2 integer: decimal (leading zeros too: `010` is 10), `0o` octal or `0x` hexadecimal."""
+    text = str(loader.construct_scalar(node))
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _show(value: Any, limit: int = 80) -> str:

@@ -288,3 +288,24 @@ def test_a_relative_run_dir_gives_a_job_in_another_workdir_the_right_contract_pa
     status = oak("status", "--run-dir", str(tmp_path / "rd"), "--json")
     (job,) = json.loads(status.stdout)["jobs"]
     assert job["state"] == "done" and job["step"] == 2, job
+
+
+def test_status_of_an_emptied_state_is_an_error_and_leaves_it_alone(tmp_path: Path) -> None:
+    """An emptied state.sqlite was shown as a run with no jobs (exit 0), and reading it laid a new run's tables
+    in the damaged file; `oak run` on the same directory already said that the run left no state."""
+    run_dir = _finished_run(tmp_path)
+    db = run_dir / "state.sqlite"
+    for extra in ("-wal", "-shm"):
+        db.with_name(db.name + extra).unlink(missing_ok=True)
+    db.write_bytes(b"")
+    for argv in (("status",), ("explain", "a"), ("logs", "a")):
+        res = oak(argv[0], "--run-dir", str(run_dir), *argv[1:])
+        assert res.returncode == 2, (argv, res.stdout, res.stderr)
+        assert "holds no run" in " ".join(res.stderr.split()) and "Traceback" not in res.stderr, res.stderr
+    assert db.stat().st_size == 0, "a command that reads wrote into the run's state"
+    import sqlite3
+
+    with sqlite3.connect(db) as other:  # replaced by another database
+        other.execute("CREATE TABLE notes (text)")
+    res = oak("status", "--run-dir", str(run_dir))
+    assert res.returncode == 2 and "holds no run" in " ".join(res.stderr.split()), res.stderr

@@ -272,11 +272,16 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
         fail(f"{run_dir}: not a run directory of oak serve or oak run (no state.sqlite)")
     import sqlite3
 
+    lost = f"{db}: holds no run: the run's state was deleted, emptied or replaced while no scheduler ran"
+    if db.stat().st_size == 0 and not db.with_name(db.name + "-wal").is_file():
+        fail(lost)  # before opening it: a store opened for writing would lay a new, empty run's tables in it
     try:
         store = RunStore.for_reading(db)
         try:
             specs = {d["name"]: job_from_dict(d) for d in store.submissions()}
             recs = store.jobs()
+            if not store.meta() and (run_dir / "run.json").is_file():
+                fail(lost)
         finally:
             store.close()
     except UnreadableRunState as exc:

@@ -309,3 +309,17 @@ def test_status_of_an_emptied_state_is_an_error_and_leaves_it_alone(tmp_path: Pa
         other.execute("CREATE TABLE notes (text)")
     res = oak("status", "--run-dir", str(run_dir))
     assert res.returncode == 2 and "holds no run" in " ".join(res.stderr.split()), res.stderr
+
+
+def test_options_a_command_would_ignore_are_refused(tmp_path: Path) -> None:
+    """`oak submit JOBS.yaml --target-steps 5` printed "submitted" and dropped the option (it is for --name);
+    `oak status --json --watch` printed once and ended."""
+    (tmp_path / "jobs.yaml").write_text(_job("{name: a, command: [x]}"))
+    for opts in (("--target-steps", "5"), ("--max-gpus", "2", "--batch-size", "7"), ("--min-gpus", "2")):
+        res = oak("submit", "--run-dir", str(tmp_path / "svc"), *opts, str(tmp_path / "jobs.yaml"))
+        assert res.returncode == 2, res.stderr
+        assert f"{opts[0]}" in res.stderr and "for one job given with --name NAME -- CMD" in " ".join(
+            res.stderr.split()
+        )
+    res = oak("status", "--run-dir", str(tmp_path / "svc"), "--json", "--watch")
+    assert res.returncode == 2 and "give one of them" in res.stderr, res.stderr

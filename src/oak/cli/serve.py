@@ -211,6 +211,18 @@ def submit(
         assert jobs_file is not None
         if command:
             fail(f"unexpected arguments after the jobs file: {command!r} (a command goes with --name NAME -- CMD)")
+        given = [
+            opt
+            for opt, value in (
+                ("--min-gpus", None if min_gpus == 1 else min_gpus),
+                ("--max-gpus", max_gpus),
+                ("--target-steps", target_steps),
+                ("--batch-size", batch_size),
+            )
+            if value is not None
+        ]
+        if given:  # they were ignored: a jobs file gives each job's own
+            fail(f"{', '.join(given)}: for one job given with --name NAME -- CMD; a jobs file sets them per job")
         try:
             text = Path(jobs_file).read_text(encoding="utf-8")
         except OSError as exc:
@@ -399,6 +411,8 @@ def status(
     times."""
     if not (math.isfinite(interval) and interval > 0):
         fail(f"--interval {interval!r}: expected a positive number of seconds")
+    if json_out and watch:
+        fail("--json prints the state once; --watch redraws the table: give one of them")
     if json_out:
         state, live = _status(run_dir)
         print(json.dumps({"jobs": _only(state, name)["jobs"], "live": live}, indent=1))

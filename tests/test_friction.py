@@ -323,3 +323,18 @@ def test_options_a_command_would_ignore_are_refused(tmp_path: Path) -> None:
         )
     res = oak("status", "--run-dir", str(tmp_path / "svc"), "--json", "--watch")
     assert res.returncode == 2 and "give one of them" in res.stderr, res.stderr
+
+
+def test_resuming_with_other_settings_says_which(tmp_path: Path) -> None:
+    """A finished λ = 0 run resumed with --failure-rate 0.5 was reported and written as a λ = 0.5 run; another
+    seed was refused as "other jobs, policy, seed or devices" without saying which."""
+    run_dir = _finished_run(tmp_path)
+    jobs = tmp_path / "jobs.yaml"
+    base = ("run", str(jobs), "--cpu-slots", "1", "--round-seconds", "1", "--run-dir", str(run_dir))
+    res = oak(*base, "--failure-rate", "0.5")
+    assert res.returncode == 2 and "its run was begun at --failure-rate 0, not 0.5" in " ".join(res.stderr.split())
+    res = oak(*base, "--seed", "3")
+    assert res.returncode == 2 and "holds a run of --seed 0 (now 3); use a new --run-dir" in " ".join(
+        res.stderr.split()
+    ), res.stderr
+    assert oak(*base).returncode == 0  # the same settings resume it (nothing left to run)

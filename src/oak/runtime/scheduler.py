@@ -542,22 +542,45 @@ class RuntimeScheduler:
         service's run where this is an ``oak run``, or the reverse); ``oak serve`` asks before it listens."""
         meta = self.store.meta() if meta is None else meta
         if meta and meta.get("fingerprint") != self._fingerprint():
-            raise OakInputError(self._other_run(str(meta.get("fingerprint", ""))))
+            raise OakInputError(self._other_run(str(meta.get("fingerprint", "")), meta.get("run")))
+        was = meta.get("run") if meta and not self.serving else None
+        rate = was.get("failure_rate") if isinstance(was, dict) else None
+        if isinstance(rate, int | float) and float(rate) != self.opts.failure_rate:  # results would carry its label
+            raise OakInputError(
+                f"{self.run_dir}: its run was begun at --failure-rate {float(rate):g}, not "
+                f"{self.opts.failure_rate:g}; resume it with the same, or use a new --run-dir"
+            )
 
-    def _other_run(self, was: str) -> str:
+    def _other_run(self, was: str, described: Any = None) -> str:
         """Why a run directory's run is not this one (``was``: its fingerprint; a service's is JSON, an
-        ``oak run``'s a hash)."""
+        ``oak run``'s a hash; ``described``: its recorded settings, ``describe()``, where it has them)."""
         was_service = was.startswith("{")
         if not self.serving and was_service:
             return f"{self.run_dir}: holds the run of an oak serve service, not of a jobs file; use a new --run-dir"
         if not self.serving:
-            return f"{self.run_dir}: holds a run of other jobs, policy, seed or devices; use a new --run-dir"
+            differ = self._differences(described) if isinstance(described, dict) else []
+            what = "; ".join(differ) if differ else "other jobs, policy, seed or devices"
+            return f"{self.run_dir}: holds a run of {what}; use a new --run-dir"
         if not was_service:
             return f"{self.run_dir}: holds an oak run of a jobs file, not a service's run; use a new --run-dir"
         return (
             f"{self.run_dir}: its service was started with other settings ({was}); "
             f"restart it with the same --policy, --seed and devices, or use a new --run-dir"
         )
+
+    def _differences(self, was: dict[str, Any]) -> list[str]:
+        """How the recorded settings ``was`` (``describe()`` of the run that began here) differ from this run's."""
+        now = self.describe()
+        out = [
+            f"{label} {was[key]} (now {now[key]})"
+            for key, label in (("policy", "--policy"), ("seed", "--seed"), ("devices", "devices"))
+            if key in was and was[key] != now[key]
+        ]
+        if "profile_type" in was and was["profile_type"] != now["profile_type"]:
+            out.append(f"--profile-type {was['profile_type']} (now {now['profile_type']})")
+        if "jobs" in was and was["jobs"] != json.loads(json.dumps(now.get("jobs"))):  # as it was stored
+            out.append("other jobs (the jobs file changed)")
+        return out
 
     def _mark_run(self, start: float) -> None:
         """Write ``RUN_MARKER``: this directory holds a run, whatever happens to its database."""

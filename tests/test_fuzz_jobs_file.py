@@ -432,3 +432,14 @@ def test_json_into_a_new_run_directorys_state_is_refused(
         )
         assert code == 2 and "inside what the run directory new" in out, out
         assert not (tmp_path / "new").exists()
+
+
+def test_a_job_larger_than_the_run_is_said_in_the_files_terms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """min_gpus: 2 on one CPU slot was "GPU bounds [2, 2] admit no feasible configuration of cluster '1-cpu'"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "big.yaml").write_text("jobs:\n  - {name: a, model: tiny, target_steps: 5, min_gpus: 2, max_gpus: 4}\n")
+    code, out = oak_run_inprocess(monkeypatch, capsys, "big.yaml", "--cpu-slots", "1", "--run-dir", "run")
+    assert code == 2, out
+    assert "big.yaml: job 'a': min_gpus=2 exceeds the 1 CPU slot(s) this run has" in out, out

@@ -218,6 +218,13 @@ class RuntimeScheduler:
         )
         self.catalog = catalog if catalog is not None else Catalog.load()
         self.source = Path(jobs.path).stem if jobs is not None else "serve"
+        kind = "CPU slot(s)" if opts.device_kind == "cpu" else "GPU(s)"
+        for j in self.jobs:  # said in the file's terms before the model reports "no feasible configuration"
+            if j.min_gpus > opts.devices:
+                raise OakInputError(
+                    f"{jobs.path if jobs is not None else 'serve'}: job {j.name!r}: min_gpus={j.min_gpus} exceeds the "
+                    f"{opts.devices} {kind} this run has"
+                )
         self.st: JobsState | None = None
         self.learned = LearnedGoodput(self.catalog, opts.profile_type)
         self._build(list(self.jobs))

@@ -338,3 +338,16 @@ def test_resuming_with_other_settings_says_which(tmp_path: Path) -> None:
         res.stderr.split()
     ), res.stderr
     assert oak(*base).returncode == 0  # the same settings resume it (nothing left to run)
+
+
+def test_a_runs_job_folders_and_status_files_are_private(tmp_path: Path) -> None:
+    """docs/runtime.md: the scheduler-worker channel is files of mode 0600 in directories of mode 0700; the
+    jobs folders were 0755 (made by the checkpoint advice's write, with the umask) and status.json 0644."""
+    old = os.umask(0o022)
+    try:
+        run_dir = _finished_run(tmp_path)
+    finally:
+        os.umask(old)
+    for folder in (run_dir / "jobs", run_dir / "jobs" / "a"):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    assert (run_dir / "jobs" / "a" / "status.json").stat().st_mode & 0o777 == 0o600

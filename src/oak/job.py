@@ -274,7 +274,8 @@ def report(
         status["step_time_s"] = (now - last_time) / (s - last_step)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        # 0600, as every file of the scheduler-worker channel (docs/runtime.md), whatever the rank's umask
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
             json.dump(status, fh)
         os.replace(tmp, path)
     except OSError:

@@ -373,7 +373,8 @@ def prepare_job_dir(job_dir: Path, command: bool) -> None:
     """Ready a job's directory for a new incarnation, on every backend: it exists (0700), a command job has
     its checkpoint directory (the job contract's ``OAK_CHECKPOINT_DIR``), and no rank's exit status of an
     earlier incarnation is left (what is there once this incarnation's ranks exit is theirs)."""
-    job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    job_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # RUN_DIR/jobs too (parents= uses the umask)
+    job_dir.mkdir(mode=0o700, exist_ok=True)
     if command:
         (job_dir / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
     clear_exit_files(job_dir)

@@ -1095,6 +1095,8 @@ class RuntimeScheduler:
 
         doc = {"checkpoint_interval_s": round(interval, 3), "ckpt_every": steps}
         try:
+            (self.run_dir / "jobs").mkdir(mode=0o700, exist_ok=True)  # private, as prepare_job_dir makes them
+            self.job_dir(job).mkdir(mode=0o700, exist_ok=True)
             write_atomic(self.job_dir(job) / ADVICE_FILE, json.dumps(doc) + "\n", mode=0o600)
         except OSError:
             return  # the job's folder is not writable: its launch reports that

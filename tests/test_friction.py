@@ -351,3 +351,14 @@ def test_a_runs_job_folders_and_status_files_are_private(tmp_path: Path) -> None
     for folder in (run_dir / "jobs", run_dir / "jobs" / "a"):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
     assert (run_dir / "jobs" / "a" / "status.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_status_of_an_oak_run_shows_each_jobs_total(tmp_path: Path) -> None:
+    """A packaged job of an `oak run` showed its step as `8`, not `8/8` (oak serve's showed the total)."""
+    jobs = tmp_path / "t.yaml"
+    jobs.write_text(_job("{name: t, model: tiny, target_steps: 8}"))
+    run_dir = tmp_path / "run"
+    res = oak("run", str(jobs), "--cpu-slots", "1", "--round-seconds", "1", "--run-dir", str(run_dir))
+    assert res.returncode == 0, res.stderr
+    (row,) = json.loads(oak("status", "--run-dir", str(run_dir), "--json").stdout)["jobs"]
+    assert (row["step"], row["total_steps"]) == (8, 8), row

@@ -275,6 +275,17 @@ def _status(run_dir: Path) -> tuple[dict[str, Any], bool]:
     return _stored_status(run_dir), False
 
 
+def _recorded_jobs(run: Any) -> dict[str, Any]:
+    """An ``oak run``'s jobs from its recorded settings (for their totals); {} where they cannot be read (a run
+    begun by an older oak): the status is shown without them."""
+    from oak.runtime.jobs_file import job_from_dict
+
+    try:
+        return {d["name"]: job_from_dict(d) for d in run.get("jobs") or []} if isinstance(run, dict) else {}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return {}
+
+
 def _stored_status(run_dir: Path) -> dict[str, Any]:
     from oak.runtime.jobs_file import job_from_dict
     from oak.runtime.store import RunStore, UnreadableRunState
@@ -290,10 +301,14 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
     try:
         store = RunStore.for_reading(db)
         try:
+            meta = store.meta()
+            if not meta and (run_dir / "run.json").is_file():
+                fail(lost)
             specs = {d["name"]: job_from_dict(d) for d in store.submissions()}
             recs = store.jobs()
-            if not store.meta() and (run_dir / "run.json").is_file():
-                fail(lost)
+            run = meta.get("run")
+            # an oak run's jobs (its file's, with their totals) are in its recorded settings, not submissions
+            known = _recorded_jobs(run)
         finally:
             store.close()
     except UnreadableRunState as exc:
@@ -304,7 +319,7 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
     names = list(specs) if specs else sorted(recs)
     rows = []
     for name in names:
-        r, j = recs.get(name), specs.get(name)
+        r, j = recs.get(name), specs.get(name) or known.get(name)
         if r is None:
             continue
         total = ((j.target_steps if j is not None else 0) or r.total_steps) or None

@@ -167,3 +167,24 @@ def test_every_backend_in_the_registry_makes_an_executor_of_the_whole_protocol(t
     assert isinstance(ex, LocalExecutor) and devices == 3 and ex.device_kind == "cpu"
     with pytest.raises(OakInputError, match="--backend 'k8s': expected one of local, ray, slurm"):
         make_executor("k8s", BackendRequest("cpu", 1, None, tmp_path))
+
+
+def test_a_rank_given_a_relative_run_directory_is_still_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older scheduler gave ranks the --run-dir as typed (`rd/jobs/a`); one that holds its run directory as an
+    absolute path must still adopt or stop them after an upgrade, not start a second copy beside them."""
+    (tmp_path / "elsewhere").mkdir()
+    procs = []
+    for cwd in (tmp_path, tmp_path / "elsewhere"):  # the rank in the scheduler's directory, or in its workdir
+        env = {**os.environ, "OAK_JOB_DIR": "rd/jobs/a"}
+        procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=cwd, env=env))
+    try:
+        monkeypatch.chdir(tmp_path)  # where the scheduler runs, as the first one did
+        for proc in procs:
+            assert is_rank_of(proc.pid, tmp_path / "rd" / "jobs" / "a")
+            assert not is_rank_of(proc.pid, tmp_path / "rd" / "jobs" / "b")
+        assert {p.pid for p in procs} <= set(ranks_under(tmp_path / "rd" / "jobs"))
+        assert not {p.pid for p in procs} & set(ranks_under(tmp_path / "other" / "jobs"))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

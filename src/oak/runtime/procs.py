@@ -86,38 +86,54 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
         time.sleep(0.05)
 
 
+def _absolute(path: bytes, pid: int | str) -> set[bytes]:
+    """Where a path a rank was given may point: itself if absolute; a relative one (an older scheduler gave
+    ranks a relative ``--run-dir`` as it was typed) against this process's working directory (a restarted
+    scheduler runs where the first ran) and against the rank's own."""
+    if path.startswith(b"/"):
+        return {os.path.normpath(path)}
+    out = set()
+    for base in (os.getcwdb, lambda: os.readlink(f"/proc/{pid}/cwd").encode()):
+        with contextlib.suppress(OSError):
+            out.add(os.path.normpath(os.path.join(base(), path)))
+    return out
+
+
+def _job_dirs(pid: int | str) -> tuple[set[bytes], set[bytes]]:
+    """The absolute job directories ``pid`` names: as a packaged worker (in its command line) and as a command
+    job (``OAK_JOB_DIR``). Raises OSError where /proc cannot be read."""
+    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    named = set().union(*(_absolute(a, pid) for a in cmd if a)) if b"oak.runtime.worker" in cmd else set()
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    given = [v[len(b"OAK_JOB_DIR=") :] for v in env if v.startswith(b"OAK_JOB_DIR=")]
+    return named, set().union(*(_absolute(v, pid) for v in given if v))
+
+
 def is_rank_of(pid: int, job_dir: str | Path) -> bool:
     """Whether ``pid`` is a rank process of the job in ``job_dir`` (read from /proc; False if unreadable)."""
-    key = str(job_dir).encode()
+    key = os.path.normpath(os.path.abspath(str(job_dir))).encode()
     try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if b"oak.runtime.worker" in cmd and key in cmd:
-            return True
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        named, given = _job_dirs(pid)
     except OSError:
         return False
-    return b"OAK_JOB_DIR=" + key in env
+    return key in named or key in given
 
 
 def ranks_under(jobs_dir: Path) -> list[int]:
     """Pids of live rank processes of any job in ``jobs_dir`` (``RUN_DIR/jobs``): packaged workers whose command
     line names a job directory in it, and commands whose ``OAK_JOB_DIR`` is one (read from /proc; processes of
     other users are unreadable and skipped)."""
-    prefix = (str(jobs_dir) + os.sep).encode()
+    prefix = (os.path.normpath(os.path.abspath(str(jobs_dir))) + os.sep).encode()
     out = []
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
-                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-                mine = b"oak.runtime.worker" in cmd and any(a.startswith(prefix) for a in cmd)
-                if not mine:
-                    env = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-                    mine = any(v.startswith(b"OAK_JOB_DIR=" + prefix) for v in env)
+                named, given = _job_dirs(entry.name)
             except OSError:
                 continue
-            if mine and not gone(int(entry.name)):
+            if any(d.startswith(prefix) for d in named | given) and not gone(int(entry.name)):
                 out.append(int(entry.name))
     return sorted(out)
 

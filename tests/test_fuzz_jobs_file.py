@@ -7,6 +7,8 @@ with status 2 and a one-line message naming the file and line/field (or the opti
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
 import os
 import re
@@ -404,8 +406,6 @@ def test_a_second_oak_run_on_a_run_directory_is_refused(
 ) -> None:
     """Two `oak run` on one run directory both ran every job (steps computed twice, opposite verdicts); the
     second now exits 2 before anything starts, as a second `oak serve` does."""
-    import fcntl
-
     monkeypatch.chdir(tmp_path)
     (tmp_path / "good.yaml").write_text(GOOD)
     (tmp_path / "run").mkdir()
@@ -418,6 +418,45 @@ def test_a_second_oak_run_on_a_run_directory_is_refused(
     assert code == 2, out
     assert "another oak run or oak serve is running on this run directory" in out and "Traceback" not in out
     assert not (tmp_path / "run" / "state.sqlite").exists(), "nothing was started"
+    # the command's own lock ends with the command (an in-process run, then another, or an oak serve)
+    monkeypatch.setattr(
+        sys, "argv", ["oak", "run", "good.yaml", "--cpu-slots", "1", "--run-dir", "run", "--time-limit", "1"]
+    )
+    with contextlib.suppress(SystemExit):
+        main()
+    again = os.open(tmp_path / "run" / "serve.lock", os.O_RDWR)
+    try:
+        fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(again)
+
+
+def test_a_file_system_without_locks_warns_and_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where flock is not supported (NFS without a lock daemon: ENOLCK; Lustre without flock: ENOSYS) every run
+    was refused as if another scheduler held the directory."""
+    import errno
+
+    from oak.service import protocol
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(protocol.fcntl, "flock", no_locks)
+    assert protocol.lock_run_dir(tmp_path) is None
+    assert "cannot lock files (No locks available)" in " ".join(capsys.readouterr().err.split())
+
+
+def test_json_into_the_default_run_directorys_state_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "good.yaml").write_text(GOOD)
+    code, out = oak_run_inprocess(
+        monkeypatch, capsys, "good.yaml", "--cpu-slots", "1", "--json", "runs/good-oak-l0-s0/state.sqlite"
+    )
+    assert code == 2 and "inside what the run directory runs/good-oak-l0-s0 (the default --run-dir)" in out, out
 
 
 def test_json_into_a_new_run_directorys_state_is_refused(

@@ -176,8 +176,11 @@ def test_a_rank_given_a_relative_run_directory_is_still_found(tmp_path: Path, mo
     procs = []
     for cwd in (tmp_path, tmp_path / "elsewhere"):  # the rank in the scheduler's directory, or in its workdir
         env = {**os.environ, "OAK_JOB_DIR": "rd/jobs/a"}
-        procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=cwd, env=env))
+        code = "import time; print('up', flush=True); time.sleep(60)"
+        procs.append(subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=env, stdout=subprocess.PIPE))
     try:
+        for proc in procs:  # exec'd: /proc shows its own environment, not the forked test's
+            assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
         monkeypatch.chdir(tmp_path)  # where the scheduler runs, as the first one did
         for proc in procs:
             assert is_rank_of(proc.pid, tmp_path / "rd" / "jobs" / "a")
@@ -188,3 +191,5 @@ def test_a_rank_given_a_relative_run_directory_is_still_found(tmp_path: Path, mo
         for proc in procs:
             proc.kill()
             proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()

@@ -305,7 +305,7 @@ def test_a_second_server_on_the_same_run_directory_is_refused(
     service: tuple[Service, Listeners, Path],
 ) -> None:
     _, _, run_dir = service
-    with pytest.raises(OakInputError, match="another oak serve is running"):
+    with pytest.raises(OakInputError, match="another oak run or oak serve is running"):
         Listeners(run_dir, lambda op, args: {"ok": True})
 
 

@@ -52,6 +52,7 @@ def print_run_table(result: Any, title: str, ended: dict[str, str] | None = None
 
 @app.command("run")
 def run_jobs(
+    ctx: typer.Context,
     jobs_file: Annotated[Path, typer.Argument(help="Jobs file (YAML); see docs/runtime.md.")],
     policy: Annotated[
         str,
@@ -104,13 +105,17 @@ def run_jobs(
     from oak.policies import make_policy
     from oak.runtime.jobs_file import load_jobs_file
     from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
+    from oak.service.protocol import lock_run_dir
 
     if (gpus is None) == (cpu_slots is None):
         fail("give exactly one of --gpus auto|N and --cpu-slots N")
+    directory = (
+        run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
+    )
     check_outputs(
         {"--json": json_path},
         {"JOBS_FILE": jobs_file, "--policy": policy_file(policy)},
-        {"--run-dir": run_dir} if run_dir is not None else None,
+        {"--run-dir" if run_dir is not None else "the default --run-dir": directory},
     )
     if backend not in ("local", "ray", "slurm"):
         fail(f"--backend {backend!r}: expected local, ray or slurm")
@@ -131,12 +136,15 @@ def run_jobs(
     jobs = load_jobs_file(jobs_file, tuple(catalog.apps))
     if cpu_slots is not None:
         err_console.print(f"no GPUs used: {cpu_slots} CPU worker slots stand in for devices (--cpu-slots)")
-    directory = (
-        run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
-    )
     executor, devices, kind, nodes = make_executor(backend, gpus, cpu_slots, address, directory, cluster_from)
     ptype = profile_type_of(profile_type, kind, catalog)
-    _lock_run_dir(directory)  # held until this process ends: a second scheduler would run every job twice
+    try:  # held while the command runs: a second scheduler on the directory would run every job again
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock = lock_run_dir(directory)
+    except OSError as exc:
+        fail(f"--run-dir {directory}: cannot be written ({exc.strerror or exc})")
+    if lock is not None:
+        ctx.call_on_close(lambda: os.close(lock))
     opts = RuntimeOptions(
         nodes=nodes,
         devices=devices,
@@ -187,33 +195,6 @@ def run_jobs(
 MAX_CPU_SLOTS = 4096
 """Most ``--cpu-slots``: the largest cluster the simulator's presets model (4,096 GPUs); a slot is a worker
 process, and a count far beyond any machine's only costs the scheduler memory and time before refusing every job."""
-
-
-_LOCKS: dict[Path, int] = {}
-"""Run directories this process holds the scheduler lock of (taken once, kept until the process ends)."""
-
-
-def _lock_run_dir(directory: Path) -> None:
-    """Take the run directory's scheduler lock (the one ``oak serve`` takes) for the rest of this process, or exit
-    2 if another ``oak run`` or ``oak serve`` holds it."""
-    import fcntl
-
-    from oak.service.protocol import LOCK_NAME
-
-    if directory.absolute() in _LOCKS:
-        return
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
-        fail(f"--run-dir {directory}: cannot be written ({exc.strerror or exc})")
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        fail(f"--run-dir {directory}: another oak run or oak serve is running on this run directory")
-    _LOCKS[directory.absolute()] = fd
 
 
 def check_runtime_options(

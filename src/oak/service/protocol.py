@@ -18,6 +18,7 @@ API still takes the bearer header alone. There is no unauthenticated network lis
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hmac
 import ipaddress
@@ -27,6 +28,7 @@ import secrets
 import socket
 import socketserver
 import ssl
+import sys
 import threading
 from collections.abc import Callable
 from http.cookies import CookieError, SimpleCookie
@@ -357,12 +359,7 @@ class Listeners:
         self._started = False
         self.http: ThreadingHTTPServer | None = None
         self.token_path: Path | None = None
-        self._lock_fd = os.open(self.run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._lock_fd)
-            raise OakInputError(f"{self.run_dir}: another oak serve is running on this run directory") from None
+        self._lock_fd: int | None = lock_run_dir(self.run_dir)
         try:
             if listen is not None:  # first: a busy port fails before anything else exists
                 where = f"--listen {listen[0]}:{listen[1]}"
@@ -441,6 +438,32 @@ class Listeners:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._dir_fd = None
+
+
+_HELD = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+"""What ``flock`` fails with when another process holds the lock (any other error: the file system has none)."""
+
+
+def lock_run_dir(run_dir: Path) -> int | None:
+    """Take ``run_dir``'s scheduler lock (``LOCK_NAME``), which ``oak serve`` and ``oak run`` hold while they run:
+    its file descriptor, to close when done. OakInputError if another process holds it; None, with a warning on
+    stderr, where the file system cannot lock files (NFS without a lock daemon, Lustre without flock), so that
+    a run there is not refused for a lock it cannot have."""
+    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in _HELD:
+            raise OakInputError(f"{run_dir}: another oak run or oak serve is running on this run directory") from None
+        print(
+            f"oak: warning: {run_dir}: its file system cannot lock files ({exc.strerror or exc}); a second "
+            "scheduler started on this run directory would not be refused",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    return fd
 
 
 def call(run_dir: Path, op: str, timeout_s: float = CLIENT_TIMEOUT_S, **args: Any) -> dict[str, Any]:

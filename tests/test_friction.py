@@ -305,10 +305,14 @@ def test_status_of_an_emptied_state_is_an_error_and_leaves_it_alone(tmp_path: Pa
     assert db.stat().st_size == 0, "a command that reads wrote into the run's state"
     import sqlite3
 
-    with sqlite3.connect(db) as other:  # replaced by another database
+    with sqlite3.connect(db) as other:  # replaced by another database: refused, and that database left as it was
         other.execute("CREATE TABLE notes (text)")
+    other.close()
     res = oak("status", "--run-dir", str(run_dir))
     assert res.returncode == 2 and "holds no run" in " ".join(res.stderr.split()), res.stderr
+    with sqlite3.connect(db) as other:
+        assert [t for (t,) in other.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["notes"]
+    other.close()
 
 
 def test_options_a_command_would_ignore_are_refused(tmp_path: Path) -> None:

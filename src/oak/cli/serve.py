@@ -286,6 +286,24 @@ def _recorded_jobs(run: Any) -> dict[str, Any]:
         return {}
 
 
+def _holds_no_run(db: Path) -> bool:
+    """Whether ``db`` surely holds no run: empty, or a database without a run's settings (read without writing
+    to it; False where that cannot be told, e.g. a write-ahead log a reader may not open)."""
+    import sqlite3
+
+    if db.stat().st_size == 0 and not db.with_name(db.name + "-wal").is_file():
+        return True
+    try:
+        con = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            return "meta" not in tables or con.execute("SELECT count(*) FROM meta").fetchone()[0] == 0
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+
+
 def _stored_status(run_dir: Path) -> dict[str, Any]:
     from oak.runtime.jobs_file import job_from_dict
     from oak.runtime.store import RunStore, UnreadableRunState
@@ -296,8 +314,9 @@ def _stored_status(run_dir: Path) -> dict[str, Any]:
     import sqlite3
 
     lost = f"{db}: holds no run: the run's state was deleted, emptied or replaced while no scheduler ran"
-    if db.stat().st_size == 0 and not db.with_name(db.name + "-wal").is_file():
-        fail(lost)  # before opening it: a store opened for writing would lay a new, empty run's tables in it
+    # before opening it as a scheduler would: that lays a new, empty run's tables in what is there
+    if _holds_no_run(db) and (db.stat().st_size == 0 or (run_dir / "run.json").is_file()):
+        fail(lost)
     try:
         store = RunStore.for_reading(db)
         try:

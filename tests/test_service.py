@@ -595,6 +595,16 @@ def test_submit_name_keeps_the_command_as_typed(tmp_path: Path) -> None:
     assert "./train.sh" in seen["text"] and "a//b" in seen["text"]
 
 
+@pytest.mark.parametrize("name", ["0o7", "1e5", "0x1f", "010"])
+def test_submit_name_that_looks_like_a_number_stays_a_name(tmp_path: Path, name: str) -> None:
+    """The job was written as YAML with PyYAML's YAML 1.1 quoting and read back by the YAML 1.2 reader: `0o7`
+    and `1e5`, left plain, came back as numbers, and the name was refused."""
+    res, seen = _submit_offline(["--run-dir", str(tmp_path), "--name", name, "--", "train", name])
+    assert res.exit_code == 0, res.output
+    (job,) = parse_jobs(seen["text"], "--name").jobs
+    assert job.name == name and job.command == ("train", name)
+
+
 def test_status_watch_in_a_pipe_prints_a_table_per_interval(service: tuple[Service, Listeners, Path]) -> None:
     _, _, run_dir = service
     assert call(run_dir, "submit", text="jobs:\n" + count_job("w", 3), source="w.yaml")["ok"]

@@ -202,9 +202,8 @@ def submit(
             entry["target_steps"] = target_steps
         if batch_size is not None:
             entry["batch_size"] = batch_size
-        import yaml
 
-        text, source = yaml.safe_dump({"jobs": [entry]}, sort_keys=False), f"--name {name}"
+        text, source = _dump_quoted({"jobs": [entry]}), f"--name {name}"
     else:
         if jobs_file is None:
             fail("give a jobs file, or --name NAME -- CMD ...")
@@ -273,6 +272,18 @@ def _status(run_dir: Path) -> tuple[dict[str, Any], bool]:
     except NoServer:
         pass
     return _stored_status(run_dir), False
+
+
+def _dump_quoted(doc: Any) -> str:
+    """``doc`` as YAML with every string quoted: PyYAML leaves a string plain where YAML 1.1 would read it back as
+    a string, but the jobs-file reader is YAML 1.2's (``0o7``, plain, would come back as the number 7)."""
+    import yaml
+
+    class Quoted(yaml.SafeDumper):
+        pass
+
+    Quoted.add_representer(str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"'))
+    return str(yaml.dump(doc, Dumper=Quoted, sort_keys=False))
 
 
 def _recorded_jobs(run: Any) -> dict[str, Any]:

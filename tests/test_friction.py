@@ -348,6 +348,7 @@ def test_a_runs_job_folders_and_status_files_are_private(tmp_path: Path) -> None
     """docs/runtime.md: the scheduler-worker channel is files of mode 0600 in directories of mode 0700; the
     jobs folders were 0755 (made by the checkpoint advice's write, with the umask) and status.json 0644."""
     old = os.umask(0o022)
+    (tmp_path / "run" / "jobs" / "a").mkdir(parents=True, mode=0o755)  # as an older oak left them: made private
     try:
         run_dir = _finished_run(tmp_path)
     finally:

@@ -14,7 +14,7 @@ import pytest
 
 from oak.errors import OakInputError
 from oak.runtime.executor import classify
-from oak.runtime.launch import CommandSpec, adopt_worker, start_worker
+from oak.runtime.launch import CommandSpec, adopt_worker, rank_commands, start_worker
 from oak.runtime.procs import (
     AdoptedProc,
     adoptable,
@@ -193,3 +193,15 @@ def test_a_rank_given_a_relative_run_directory_is_still_found(tmp_path: Path, mo
             proc.wait()
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_every_rank_gets_both_thread_counts(tmp_path: Path, kind: str) -> None:
+    """The jobs file refuses OMP_NUM_THREADS and MKL_NUM_THREADS in env as the contract's: every path sets both
+    (local GPUs set only OMP_NUM_THREADS, so a user's MKL_NUM_THREADS was honoured there)."""
+    spec = CommandSpec(("train.py",))
+    ranks, _, _ = rank_commands(
+        tmp_path, spec, 2, [0, 1], job_name="j", device_kind=kind, master_port=29500, environ={}
+    )
+    for rc in ranks:
+        assert rc.env["OMP_NUM_THREADS"] == rc.env["MKL_NUM_THREADS"] == "1", rc.env

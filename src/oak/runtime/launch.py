@@ -373,8 +373,10 @@ def prepare_job_dir(job_dir: Path, command: bool) -> None:
     """Ready a job's directory for a new incarnation, on every backend: it exists (0700), a command job has
     its checkpoint directory (the job contract's ``OAK_CHECKPOINT_DIR``), and no rank's exit status of an
     earlier incarnation is left (what is there once this incarnation's ranks exit is theirs)."""
-    job_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # RUN_DIR/jobs too (parents= uses the umask)
-    job_dir.mkdir(mode=0o700, exist_ok=True)
+    for folder in (job_dir.parent, job_dir):  # RUN_DIR/jobs too (parents= would use the umask)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if folder.stat().st_mode & 0o077 and folder.stat().st_uid == os.getuid():  # made so by an older oak
+            folder.chmod(0o700)
     if command:
         (job_dir / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
     clear_exit_files(job_dir)
@@ -456,7 +458,7 @@ def rank_commands(
                 argv += [] if command else ["--device", "cpu", "--threads", "1"]
         elif device_kind == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(physical_gpus(ids, env_src))
-            env["OMP_NUM_THREADS"] = "1"
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"  # as on every other path (the contract sets both)
             if not command:
                 argv += ["--device", "cuda", "--local-rank", str(rank), "--threads", "1"]
         else:

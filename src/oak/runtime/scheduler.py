@@ -580,7 +580,12 @@ class RuntimeScheduler:
         now = self.describe()
         out = [
             f"{label} {was[key]} (now {now[key]})"
-            for key, label in (("policy", "--policy"), ("seed", "--seed"), ("devices", "devices"))
+            for key, label in (
+                ("policy", "--policy"),
+                ("seed", "--seed"),
+                ("devices", "devices"),
+                ("device_kind", "devices of kind"),
+            )
             if key in was and was[key] != now[key]
         ]
         if "profile_type" in was and was["profile_type"] != now["profile_type"]:

@@ -43,8 +43,8 @@ def test_numbers_read_as_yaml_1_2_and_arguments_keep_their_text() -> None:
     for text in ("12:30", "1_000"):
         with pytest.raises(OakInputError, match=f"target_steps='{text}': expected an integer"):
             parse_jobs(_job(f"{{name: a, model: tiny, target_steps: {text}}}"), "j.yaml")
-    job = parse_jobs(_job("{name: on, command: [x, yes, 2020-01-01, 0x1f]}"), "j.yaml")
-    assert job.jobs[0].name == "on" and job.jobs[0].command == ("x", "yes", "2020-01-01", "0x1f")
+    job = parse_jobs(_job("{name: on, command: [x, yes, 2020-01-01, 0x1f, =]}"), "j.yaml")
+    assert job.jobs[0].name == "on" and job.jobs[0].command == ("x", "yes", "2020-01-01", "0x1f", "=")
 
 
 @pytest.mark.parametrize(

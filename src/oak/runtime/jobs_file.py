@@ -245,7 +245,7 @@ _CORE = {
     ),
 }
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in _CORE and not tag.endswith(":timestamp")]
+    first: [(tag, rx) for tag, rx in resolvers if tag not in _CORE and not tag.endswith((":timestamp", ":value"))]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 for _tag, (_pattern, _first) in _CORE.items():

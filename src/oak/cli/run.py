@@ -107,20 +107,10 @@ def run_jobs(
     from oak.runtime.scheduler import RuntimeOptions, RuntimeScheduler
     from oak.service.protocol import lock_run_dir
 
-    if (gpus is None) == (cpu_slots is None):
-        fail("give exactly one of --gpus auto|N and --cpu-slots N")
-    directory = (
-        run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
-    )
-    check_outputs(
-        {"--json": json_path},
-        {"JOBS_FILE": jobs_file, "--policy": policy_file(policy)},
-        {"--run-dir" if run_dir is not None else "the default --run-dir": directory},
-    )
-    if backend not in ("local", "ray", "slurm"):
-        fail(f"--backend {backend!r}: expected local, ray or slurm")
     # every plain parameter is checked before anything is loaded or built, with the option's name
     check_runtime_options(
+        backend,
+        gpus,
         cpu_slots,
         failure_rate,
         seed,
@@ -128,6 +118,14 @@ def run_jobs(
         round_seconds=round_seconds,
         stop_seconds=stop_seconds,
         stall_seconds=stall_seconds,
+    )
+    directory = (
+        run_dir if run_dir is not None else Path("runs") / f"{jobs_file.stem}-{policy}-l{failure_rate:g}-s{seed}"
+    )
+    check_outputs(
+        {"--json": json_path},
+        {"JOBS_FILE": jobs_file, "--policy": policy_file(policy)},
+        {"--run-dir" if run_dir is not None else "the default --run-dir": directory},
     )
     if time_limit is not None and not time_limit > 0:
         fail(f"--time-limit {time_limit!r}: expected a positive number of seconds")
@@ -198,10 +196,20 @@ process, and a count far beyond any machine's only costs the scheduler memory an
 
 
 def check_runtime_options(
-    cpu_slots: int | None, failure_rate: float, seed: int, max_retries: int, **seconds: float
+    backend: str,
+    gpus: str | None,
+    cpu_slots: int | None,
+    failure_rate: float,
+    seed: int,
+    max_retries: int,
+    **seconds: float,
 ) -> None:
     """The checks of the options ``oak run`` and ``oak serve`` share, each failing with its flag (exit 2);
     ``seconds``: positive durations by option name (``round_seconds`` → ``--round-seconds``)."""
+    if (gpus is None) == (cpu_slots is None):
+        fail("give exactly one of --gpus auto|N and --cpu-slots N")
+    if backend not in ("local", "ray", "slurm"):
+        fail(f"--backend {backend!r}: expected local, ray or slurm")
     if cpu_slots is not None and not 1 <= cpu_slots <= MAX_CPU_SLOTS:
         fail(f"--cpu-slots {cpu_slots}: expected an integer from 1 to {MAX_CPU_SLOTS:,} (one worker process per slot)")
     if not (math.isfinite(failure_rate) and 0.0 <= failure_rate <= 1.0):

@@ -80,11 +80,9 @@ def serve(
     from oak.service.protocol import Listeners
     from oak.service.scheduler import Service
 
-    if (gpus is None) == (cpu_slots is None):
-        fail("give exactly one of --gpus auto|N and --cpu-slots N")
-    if backend not in ("local", "ray", "slurm"):
-        fail(f"--backend {backend!r}: expected local, ray or slurm")
     check_runtime_options(
+        backend,
+        gpus,
         cpu_slots,
         failure_rate,
         seed,

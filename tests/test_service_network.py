@@ -4,6 +4,7 @@ from the user's own file."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import ssl
 import subprocess
@@ -103,3 +104,88 @@ def test_the_token_survives_a_restart_or_comes_from_the_users_file(tmp_path: Pat
     mine.write_text("short\n")
     with pytest.raises(OakInputError, match="at least 32 characters"):
         Listeners(run_dir, _handler, ("127.0.0.1", 0), token_file=mine)
+
+
+def test_a_kept_token_that_cannot_be_kept_is_refused_not_replaced(tmp_path: Path) -> None:
+    """RUN_DIR/token readable by others was silently replaced by a new token: scrapers got 401 with no word."""
+    run_dir = _dir(tmp_path)
+    (run_dir / TOKEN_NAME).write_text("k" * 40 + "\n")
+    (run_dir / TOKEN_NAME).chmod(0o640)
+    with pytest.raises(OakInputError, match=r"readable by others \(mode 640\); chmod 600 it \(or delete it"):
+        Listeners(run_dir, _handler, ("127.0.0.1", 0))
+    assert (run_dir / TOKEN_NAME).read_text().strip() == "k" * 40
+
+
+def test_connections_are_capped_and_cut_at_their_deadline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections that trickle a header line every few seconds (the idle timeout restarts at each) were served for
+    ever, one thread and descriptor each, with no cap: ~900 of them, with no token, ended oak serve."""
+    import socket
+    import time
+
+    from oak.service import protocol
+
+    monkeypatch.setattr(protocol, "MAX_CONNECTIONS", 3)
+    monkeypatch.setattr(protocol, "HTTP_DEADLINE_S", 1.5)
+    listeners = Listeners(_dir(tmp_path), _handler, ("127.0.0.1", 0))
+    try:
+        assert listeners.address is not None
+        port = listeners.address[1]
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        for s in held:
+            s.sendall(b"GET / HTTP/1.1\r\n")
+        time.sleep(0.3)
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)  # over the cap: told so and closed
+        assert extra.recv(100).startswith(b"HTTP/1.1 503")
+        extra.close()
+        t0 = time.monotonic()
+        for s in held:  # a header line each half second, yet each is closed at its deadline
+            s.settimeout(0.5)
+            closed = False
+            while not closed and time.monotonic() - t0 < 8.0:
+                try:
+                    closed = s.recv(4096) == b""
+                except TimeoutError:
+                    with contextlib.suppress(OSError):
+                        s.sendall(b"X-Trickle: a\r\n")
+                except OSError:
+                    closed = True
+            s.close()
+            assert closed, "a trickling connection was kept past its deadline"
+        assert time.monotonic() - t0 < 6.0
+        token = (tmp_path / "run" / TOKEN_NAME).read_text().strip()
+        assert _get(f"http://127.0.0.1:{port}/metrics", token) == b"oak_up 1\n"  # served again once they are gone
+    finally:
+        listeners.close()
+
+
+def test_ipv6_loopback_any_case_bearer_and_an_odd_refresh(tmp_path: Path) -> None:
+    """`--listen [::1]:PORT` (documented) failed: the server was IPv4 only. `bearer` (the scheme is
+    case-insensitive, RFC 7235) was refused, and a 401 did not say which scheme (RFC 6750). `?refresh=²` (a
+    digit to str.isdigit, not to int) closed the connection with no reply and a traceback in the log."""
+    import socket
+
+    probe = socket.socket(socket.AF_INET6)
+    try:
+        probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    finally:
+        probe.close()
+    run_dir = _dir(tmp_path)
+    listeners = Listeners(run_dir, _handler, ("::1", 0))
+    try:
+        assert listeners.address is not None
+        base = f"http://[::1]:{listeners.address[1]}"
+        token = (run_dir / TOKEN_NAME).read_text().strip()
+        req = urllib.request.Request(f"{base}/metrics", headers={"Authorization": f"bearer {token}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.read() == b"oak_up 1\n"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}/metrics", timeout=10)
+        assert refused.value.code == 401 and refused.value.headers["WWW-Authenticate"].startswith("Bearer")
+        for odd in ("%C2%B2", "9" * 5000):
+            req = urllib.request.Request(f"{base}/?refresh={odd}", headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                assert resp.status == 200
+    finally:
+        listeners.close()

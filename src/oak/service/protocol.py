@@ -24,6 +24,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import secrets
 import socket
 import socketserver
@@ -163,6 +164,57 @@ class _UnixServer(socketserver.ThreadingUnixStreamServer):
 
 HTTP_TIMEOUT_S = 10.0
 """A connection of the HTTP listener that sends nothing for this long is closed (no slow-client pile-up)."""
+HTTP_DEADLINE_S = 60.0
+"""A connection of the HTTP listener is closed this long after it opened, whatever it sends: a client that
+trickles a header line every few seconds would otherwise keep its thread and descriptor for good."""
+
+
+class _HttpServer(ThreadingHTTPServer):
+    """The HTTP listener: at most MAX_CONNECTIONS connections at once (one more gets 503 and is closed), each
+    closed HTTP_DEADLINE_S after it opened; IPv6 where the host is an IPv6 address; a failed TLS handshake or a
+    client gone mid-reply is one line on stderr, not a traceback."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):  # plain bytes: a TLS connection has not shaken hands yet
+                if not isinstance(request, ssl.SSLSocket):
+                    request.sendall(
+                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    )
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        deadline = threading.Timer(HTTP_DEADLINE_S, _cut, (request,))
+        deadline.daemon = True
+        deadline.start()
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            deadline.cancel()
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ssl.SSLError | ConnectionError | TimeoutError):  # routine on a network port
+            print(f"oak serve: HTTP connection from {client_address[0]}: {exc}", file=sys.stderr, flush=True)
+            return
+        super().handle_error(request, client_address)
+
+
+def _cut(request: socket.socket) -> None:
+    """End a connection past its deadline: its thread's blocked read returns and the handler ends."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(request, socket.SHUT_RDWR)
 
 
 #: the status page's cookie: an HMAC of the token (it opens the page, never the API: a stolen cookie is no token)
@@ -187,12 +239,17 @@ def _http_handler(handler: Handler, token: str, secure: bool = False) -> type[Ba
 
         def _bearer_ok(self) -> bool:
             got = self.headers.get("Authorization", "").encode("utf-8", errors="replace")
-            return got.startswith(b"Bearer ") and hmac.compare_digest(got[7:].strip(), expected)
+            return got[:7].lower() == b"bearer " and hmac.compare_digest(got[7:].strip(), expected)  # RFC 7235
 
         def _authorised(self) -> bool:
             ok = self._bearer_ok()
             if not ok:
-                self._send(401, "text/plain", b"missing or wrong token (Authorization: Bearer <RUN_DIR/token>)\n")
+                self._send(
+                    401,
+                    "text/plain",
+                    b"missing or wrong token (Authorization: Bearer <RUN_DIR/token>)\n",
+                    {"WWW-Authenticate": 'Bearer realm="oak serve"'},  # RFC 6750
+                )
             return ok
 
         def _cookie_ok(self) -> bool:
@@ -239,8 +296,9 @@ def _http_handler(handler: Handler, token: str, secure: bool = False) -> type[Ba
             if not (self._bearer_ok() or self._cookie_ok()):
                 self._login()
                 return
-            refresh = query.get("refresh", [""])[0]
-            reply = handler("page", {"refresh": int(refresh)} if refresh.isdigit() else {})
+            refresh = query.get("refresh", [""])[0]  # ASCII digits only: "²".isdigit(), and 5,000 digits int() refuses
+            given_refresh = re.fullmatch(r"[0-9]{1,6}", refresh) is not None
+            reply = handler("page", {"refresh": int(refresh)} if given_refresh else {})
             self._send(
                 200 if reply.get("ok") else 500,
                 "text/html; charset=utf-8",
@@ -383,12 +441,16 @@ class Listeners:
                 if token_file is not None:
                     token = read_token(token_file, "--token-file")
                 else:
-                    try:  # kept across restarts: Prometheus scrapers and clients keep working
-                        token = read_token(self.token_path, "token")
-                    except OakInputError:
-                        token = secrets.token_hex(24)
+                    # kept across restarts: Prometheus scrapers and clients keep working; one that cannot be
+                    # kept (readable by others, damaged) is refused with why, not silently replaced
+                    try:
+                        token = (
+                            read_token(self.token_path, "token") if self.token_path.exists() else secrets.token_hex(24)
+                        )
+                    except OakInputError as exc:
+                        raise OakInputError(f"{exc} (or delete it: oak serve then makes a new token)") from None
                 try:
-                    self.http = ThreadingHTTPServer(listen, _http_handler(handler, token, secure=tls is not None))
+                    self.http = _HttpServer(listen, _http_handler(handler, token, secure=tls is not None))
                 except OSError as exc:
                     raise OakInputError(f"{where}: cannot listen there ({exc.strerror or exc})") from None
                 if context is not None:

@@ -779,3 +779,25 @@ def test_submit_name_with_a_jobs_file_for_a_command_says_so(tmp_path: Path, monk
     res = CliRunner().invoke(app, ["submit", "--run-dir", str(tmp_path / "run"), "--name", "zz", "tiny.yaml"])
     assert res.exit_code == 2, res.output
     assert "the command 'tiny.yaml' is a jobs file" in " ".join(res.output.split()), res.output
+
+
+def test_the_page_reads_the_history_of_a_run_directory_with_a_hash_in_its_path(tmp_path: Path) -> None:
+    """`file:{db}?mode=ro` took the part after a `#` for a fragment: the charts of such a run were empty."""
+    from oak.runtime.store import RunStore
+    from oak.service.page import read_history
+
+    db = tmp_path / "r#1?x" / "state.sqlite"
+    store = RunStore(db)
+    store.save([], rnd=(0, 5.0, 0.1, json.dumps({"a": [0, 1]})))
+    store.close()
+    assert read_history(db).rounds == ((5.0, {"a": [0, 1]}),)
+
+
+def test_queue_age_counts_only_jobs_that_have_arrived(service: tuple[Service, Listeners, Path]) -> None:
+    """A job submitted with a later submit_s is queued but not yet waiting: its age made the metric negative."""
+    _, _, run_dir = service
+    assert call(run_dir, "submit", text="jobs:\n" + count_job("later", 3, submit_s=600), source="l.yaml")["ok"]
+    time.sleep(1.0)
+    text = call(run_dir, "metrics")["text"]
+    (line,) = [x for x in text.splitlines() if x.startswith("oak_queue_age_seconds ")]
+    assert float(line.split()[1]) >= 0.0, text

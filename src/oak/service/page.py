@@ -48,7 +48,7 @@ class History:
 def read_history(db: Path, rounds: int = HISTORY_ROUNDS) -> History:
     """The newest ``rounds`` rounds and the failure log of ``db`` (``state.sqlite``), opened read-only."""
     try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
+        con = sqlite3.connect(f"{Path(db).absolute().as_uri()}?mode=ro", uri=True, timeout=5.0)  # '#', '?' escaped
     except sqlite3.Error:
         return History((), ())
     try:

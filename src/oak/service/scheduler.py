@@ -113,7 +113,11 @@ class StatePublisher:
             self._decision_s = sched.decision_ms[-1] / 1e3 if sched.decision_ms else 0.0
         if force or now - self._metrics_at >= 1.0:
             self._metrics_at = now
-            write_atomic(self.run_dir / "metrics.prom", self.metrics(), mode=0o600)
+            try:
+                write_atomic(self.run_dir / "metrics.prom", self.metrics(), mode=0o600)
+            except OSError as exc:  # a full disk, no descriptor left: the scheduler goes on; /metrics still answers
+                if self._log is not None:
+                    self._log(json.dumps({"event": "metrics-file", "error": str(exc)}))
 
     def note(self, event: dict[str, Any]) -> None:
         """One structured log line: appended to ``rounds.jsonl`` and passed to the service's log."""
@@ -178,7 +182,9 @@ class StatePublisher:
         rows: list[dict[str, Any]] = st["jobs"]
         counts = Counter(r["state"] for r in rows)
         held = sum(len(r["devices"]) for r in rows)
+        # jobs that have arrived: one submitted with a later submit_s is queued, but not yet waiting
         queued_age = [st["time_s"] - r["submitted_s"] for r in rows if r["state"] == "queued"]
+        queued_age = [a for a in queued_age if a >= 0.0]
         reasons = Counter(r.get("why_code") or "" for r in rows if r["state"] in ("queued", "restoring", "running"))
         reasons = Counter({c: n for c, n in reasons.items() if c not in ("", "max")})
         lines = [

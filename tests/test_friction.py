@@ -327,6 +327,10 @@ def test_options_a_command_would_ignore_are_refused(tmp_path: Path) -> None:
         )
     res = oak("status", "--run-dir", str(tmp_path / "svc"), "--json", "--watch")
     assert res.returncode == 2 and "give one of them" in res.stderr, res.stderr
+    res = oak("status", "--run-dir", str(tmp_path / "svc"), "--interval", "0.5")
+    assert res.returncode == 2 and "--interval 0.5: the time between --watch's redraws; add --watch" in " ".join(
+        res.stderr.split()
+    ), res.stderr
 
 
 def test_resuming_with_other_settings_says_which(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from oak.cli.common import app, console, err_console, fail
+from oak.cli.common import app, console, err_console, fail, typed_options
 
 RunDir = Annotated[
     Path,
@@ -444,6 +444,7 @@ def _only(state: dict[str, Any], name: str | None) -> dict[str, Any]:
 
 @app.command("status")
 def status(
+    ctx: typer.Context,
     run_dir: RunDir,
     name: Annotated[str | None, typer.Argument(help="Only this job.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help='Print {"jobs": [...]} as JSON.')] = False,
@@ -456,6 +457,8 @@ def status(
         fail(f"--interval {interval!r}: expected a positive number of seconds")
     if json_out and watch:
         fail("--json prints the state once; --watch redraws the table: give one of them")
+    if not watch and typed_options(ctx, ["interval"]):
+        fail(f"--interval {interval:g}: the time between --watch's redraws; add --watch")
     if json_out:
         state, live = _status(run_dir)
         print(json.dumps({"jobs": _only(state, name)["jobs"], "live": live}, indent=1))

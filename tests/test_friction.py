@@ -62,6 +62,13 @@ def test_a_key_given_twice_is_refused_with_its_line(text: str, line: int, key: s
         parse_jobs(text, "j.yaml")
 
 
+def test_a_key_a_mapping_gives_beside_a_merged_one_is_not_given_twice() -> None:
+    """`<<` merges are flattened in place, so a merged mapping used again through an alias held the merged key
+    and its own: that was refused as a key given twice."""
+    text = "jobs:\n  - {<<: &d {<<: {max_gpus: 1}, max_gpus: 2}, name: a, command: [x]}\ndefaults: *d\n"
+    assert parse_jobs(text, "j.yaml").jobs[0].max_gpus == 2
+
+
 def test_a_workdir_must_be_an_existing_absolute_directory(tmp_path: Path) -> None:
     ok = parse_jobs(_job(f"{{name: a, command: [x], workdir: {tmp_path}}}"), "j.yaml")
     assert ok.jobs[0].workdir == str(tmp_path)

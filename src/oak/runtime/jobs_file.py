@@ -164,6 +164,14 @@ class _Loader(yaml.SafeLoader):
         super().__init__(stream)
         self._alias_nodes = 0
         self._sizes: dict[int, int] = {}
+        self.own_keys: dict[int, int] = {}
+        """Per mapping node flattened by a merge key (``<<``): how many of its pairs, last in it, are its own
+        (the merged ones come first and may repeat a key the mapping gives itself)."""
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        if id(node) not in self.own_keys:
+            self.own_keys[id(node)] = sum(1 for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge")
+        super().flatten_mapping(node)  # type: ignore[no-untyped-call]
 
     def _size(self, node: yaml.Node) -> int:
         """Nodes of ``node`` with every alias inside expanded (memoised: shared subtrees are counted where they
@@ -207,7 +215,8 @@ def _literal(item: yaml.Node, value: Any) -> Any:
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
-    for k, _ in node.value:  # YAML requires unique keys; PyYAML keeps the last one without a word
+    own = loader.own_keys.get(id(node), len(node.value))
+    for k, _ in node.value[len(node.value) - own :]:  # YAML requires unique keys; PyYAML keeps the last one
         key = k.value if isinstance(k, yaml.ScalarNode) else id(k)
         if key in seen:
             raise yaml.constructor.ConstructorError(

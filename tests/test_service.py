@@ -797,7 +797,7 @@ def test_queue_age_counts_only_jobs_that_have_arrived(service: tuple[Service, Li
     """A job submitted with a later submit_s is queued but not yet waiting: its age made the metric negative."""
     _, _, run_dir = service
     assert call(run_dir, "submit", text="jobs:\n" + count_job("later", 3, submit_s=600), source="l.yaml")["ok"]
-    time.sleep(1.0)
+    _wait(run_dir, lambda jobs: jobs.get("later", {}).get("state") == "queued")  # published
     text = call(run_dir, "metrics")["text"]
     (line,) = [x for x in text.splitlines() if x.startswith("oak_queue_age_seconds ")]
     assert float(line.split()[1]) >= 0.0, text

@@ -369,14 +369,20 @@ def contract_env(
     }
 
 
+def private_folders(job_dir: Path) -> None:
+    """``RUN_DIR/jobs`` and the job's folder exist and are 0700 (``mkdir(parents=True)`` would make the first
+    with the umask; an older oak left them 0755)."""
+    for folder in (job_dir.parent, job_dir):
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if folder.stat().st_mode & 0o077 and folder.stat().st_uid == os.getuid():
+            folder.chmod(0o700)
+
+
 def prepare_job_dir(job_dir: Path, command: bool) -> None:
     """Ready a job's directory for a new incarnation, on every backend: it exists (0700), a command job has
     its checkpoint directory (the job contract's ``OAK_CHECKPOINT_DIR``), and no rank's exit status of an
     earlier incarnation is left (what is there once this incarnation's ranks exit is theirs)."""
-    for folder in (job_dir.parent, job_dir):  # RUN_DIR/jobs too (parents= would use the umask)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if folder.stat().st_mode & 0o077 and folder.stat().st_uid == os.getuid():  # made so by an older oak
-            folder.chmod(0o700)
+    private_folders(job_dir)
     if command:
         (job_dir / CHECKPOINT_SUBDIR).mkdir(mode=0o700, exist_ok=True)
     clear_exit_files(job_dir)

@@ -38,7 +38,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,7 @@ from oak.runtime.clock import Clock, SystemClock
 from oak.runtime.executor import Executor, Launch, LocalExecutor
 from oak.runtime.frontend import Inbox, Publisher
 from oak.runtime.jobs_file import JobsFile, RuntimeJob, job_from_dict, job_to_dict
-from oak.runtime.launch import log_tail, read_status
+from oak.runtime.launch import log_tail, private_folders, read_status
 from oak.runtime.learned import LearnedGoodput
 from oak.runtime.lifecycle import JobPhase, enter, phase_of
 from oak.runtime.nodes import NodeListing, NodeLost, RuntimeNode, check_nodes, hosts_of, nodes_cluster
@@ -218,13 +218,8 @@ class RuntimeScheduler:
         )
         self.catalog = catalog if catalog is not None else Catalog.load()
         self.source = Path(jobs.path).stem if jobs is not None else "serve"
-        kind = "CPU slot(s)" if opts.device_kind == "cpu" else "GPU(s)"
-        for j in self.jobs:  # said in the file's terms before the model reports "no feasible configuration"
-            if j.min_gpus > opts.devices:
-                raise OakInputError(
-                    f"{jobs.path if jobs is not None else 'serve'}: job {j.name!r}: min_gpus={j.min_gpus} exceeds the "
-                    f"{opts.devices} {kind} this run has"
-                )
+        if jobs is not None:  # said in the file's terms before the model reports "no feasible configuration"
+            self._check_bounds(self.jobs, str(jobs.path), ("min_gpus",))
         self.st: JobsState | None = None
         self.learned = LearnedGoodput(self.catalog, opts.profile_type)
         self._build(list(self.jobs))
@@ -585,11 +580,10 @@ class RuntimeScheduler:
                 ("seed", "--seed"),
                 ("devices", "devices"),
                 ("device_kind", "devices of kind"),
+                ("profile_type", "--profile-type"),
             )
             if key in was and was[key] != now[key]
         ]
-        if "profile_type" in was and was["profile_type"] != now["profile_type"]:
-            out.append(f"--profile-type {was['profile_type']} (now {now['profile_type']})")
         if "jobs" in was and was["jobs"] != json.loads(json.dumps(now.get("jobs"))):  # as it was stored
             out.append("other jobs (the jobs file changed)")
         return out
@@ -1100,8 +1094,7 @@ class RuntimeScheduler:
 
         doc = {"checkpoint_interval_s": round(interval, 3), "ckpt_every": steps}
         try:
-            (self.run_dir / "jobs").mkdir(mode=0o700, exist_ok=True)  # private, as prepare_job_dir makes them
-            self.job_dir(job).mkdir(mode=0o700, exist_ok=True)
+            private_folders(self.job_dir(job))
             write_atomic(self.job_dir(job) / ADVICE_FILE, json.dumps(doc) + "\n", mode=0o600)
         except OSError:
             return  # the job's folder is not writable: its launch reports that
@@ -1265,6 +1258,17 @@ class RuntimeScheduler:
             self._settle(records[i], now, "asked to checkpoint and exit")
 
     # ------------------------------------------------------------------ operations on a live run (its inbox's)
+    def _check_bounds(self, jobs: Sequence[RuntimeJob], source: str, fields: tuple[str, ...]) -> None:
+        """OakInputError if a job's device bound among ``fields`` is above the devices this run has."""
+        kind = "CPU slot(s)" if self.opts.device_kind == "cpu" else "GPU(s)"
+        for j in jobs:
+            for f in fields:
+                if getattr(j, f) > self.opts.devices:
+                    raise OakInputError(
+                        f"{source}: job {j.name!r}: {f}={getattr(j, f)} exceeds the {self.opts.devices} {kind} "
+                        "this run has"
+                    )
+
     def submit(self, jobs: list[RuntimeJob], now: float, source: str) -> list[str]:
         """Add ``jobs`` (parsed and checked by ``parse_jobs``; ``submit_s`` relative to ``now``) to a live run:
         all of them, committed, or none (``OakInputError`` says why: a name already in the run, a device bound
@@ -1272,19 +1276,13 @@ class RuntimeScheduler:
         if not self.serving:
             raise OakInputError("this run's job set is its jobs file: jobs are submitted to `oak serve`")
         have = {j.name: r for j, r in zip(self.jobs, self.records, strict=True)}
-        kind = "CPU slot(s)" if self.opts.device_kind == "cpu" else "GPU(s)"
         for j in jobs:
             if j.name in have:
                 raise OakInputError(
                     f"{source}: job {j.name!r} is already in this run ({have[j.name].state}); job names are unique "
                     "within a run directory: pick another name"
                 )
-            for f in ("min_gpus", "max_gpus"):
-                if getattr(j, f) > self.opts.devices:
-                    raise OakInputError(
-                        f"{source}: job {j.name!r}: {f}={getattr(j, f)} exceeds the {self.opts.devices} {kind} "
-                        "this scheduler has"
-                    )
+        self._check_bounds(jobs, source, ("min_gpus", "max_gpus"))
         new = [dataclasses.replace(j, submit_s=now + j.submit_s) for j in jobs]
         new_records = [JobRecord(j.name) for j in new]
         old_jobs, old_records = list(self.jobs), list(self.records)

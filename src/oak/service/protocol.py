@@ -457,7 +457,6 @@ class Listeners:
                     self.http.socket = context.wrap_socket(
                         self.http.socket, server_side=True, do_handshake_on_connect=False
                     )
-                self.http.daemon_threads = True
                 write_atomic(self.token_path, token + "\n", mode=0o600)
             path = socket_path(self.run_dir)
             with contextlib.suppress(FileNotFoundError):

@@ -183,8 +183,9 @@ class StatePublisher:
         counts = Counter(r["state"] for r in rows)
         held = sum(len(r["devices"]) for r in rows)
         # jobs that have arrived: one submitted with a later submit_s is queued, but not yet waiting
-        queued_age = [st["time_s"] - r["submitted_s"] for r in rows if r["state"] == "queued"]
-        queued_age = [a for a in queued_age if a >= 0.0]
+        queued_age = [
+            st["time_s"] - r["submitted_s"] for r in rows if r["state"] == "queued" and r["submitted_s"] <= st["time_s"]
+        ]
         reasons = Counter(r.get("why_code") or "" for r in rows if r["state"] in ("queued", "restoring", "running"))
         reasons = Counter({c: n for c, n in reasons.items() if c not in ("", "max")})
         lines = [
